@@ -1,0 +1,71 @@
+/* The isolation engine: policy in, confined process out.
+ *
+ *   moat_jail_spawn()   builds the sandbox and starts the command in it
+ *   moat_jail_signal()  forwards a signal to the command
+ *   moat_jail_wait()    waits (with an optional deadline) for it to end
+ *   moat_jail_destroy() kills what is left and removes everything the
+ *                       sandbox owned (cgroups, placeholder files)
+ *
+ * Every sandbox gets its own user, mount, pid, net, ipc, uts and cgroup
+ * namespaces, a pid-1 supervisor, Landlock, seccomp, no capabilities and
+ * never host uid 0. A layer that cannot be set up is an error unless the
+ * policy says allow_degraded. No global state: a jail is one struct. */
+#ifndef MOAT_JAIL_H
+#define MOAT_JAIL_H
+
+#include <moat/err.h>
+#include <moat/policy.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct moat_launch {
+	char *const *argv;     /* argv[0] is looked up in the sandbox's PATH */
+	char *const *envp;     /* the complete environment (see policy_build_env) */
+	const char *home;      /* HOME inside; an empty private directory */
+	const char *cwd;       /* NULL = the workspace */
+	bool die_with_parent;  /* SIGKILL the sandbox if the caller dies */
+	/* Called for each layer skipped under allow_degraded, may be NULL. */
+	void (*warn)(void *arg, const char *msg);
+	void *warn_arg;
+};
+
+struct moat_jail;
+
+/* Start the command. On success *out owns the sandbox; on failure nothing
+ * is left behind and e says why (kind MOAT_E_NOTFOUND / MOAT_E_NOEXEC when
+ * the command itself could not be executed). */
+int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
+		    struct moat_jail **out, struct moat_err *e);
+
+/* Host pid of the sandbox's pid 1 (for /proc inspection, not for kill). */
+pid_t moat_jail_pid(const struct moat_jail *j);
+
+/* Deliver sig to the command's process group through pid 1. */
+int moat_jail_signal(struct moat_jail *j, int sig);
+
+/* Kill every process of the sandbox now. */
+int moat_jail_kill(struct moat_jail *j);
+
+struct moat_jail_status {
+	int exit_code;     /* the command's code, or 128+signal */
+	int signal;        /* the signal that killed it, 0 if it exited */
+	bool oom;          /* the memory limit was hit and a process killed */
+};
+
+/* Wait for the sandbox to end. deadline_ms < 0 waits forever. Returns 1
+ * when it ended (*st filled), 0 when the deadline passed first, -1 on
+ * error. Signals in `forward` (0-terminated) arriving meanwhile are
+ * forwarded to the command; they must be blocked by the caller. */
+int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms,
+		   const int *forward, struct moat_jail_status *st,
+		   struct moat_err *e);
+
+/* Kill anything left, remove cgroups and placeholder files, free. */
+void moat_jail_destroy(struct moat_jail *j);
+
+/* Milliseconds on a monotonic clock, for deadlines. */
+int64_t moat_now_ms(void);
+
+#endif

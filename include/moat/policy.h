@@ -1,0 +1,99 @@
+/* The sandbox policy: one validated struct that every front-end fills and
+ * the engine only reads. Sources are applied in this order, later ones
+ * winning for scalars and appending to lists:
+ *   defaults <- --mode preset <- --policy FILE <- --srt-settings FILE <- flags
+ * then moat_policy_finalize() resolves and validates it once. */
+#ifndef MOAT_POLICY_H
+#define MOAT_POLICY_H
+
+#include <moat/err.h>
+#include <moat/strv.h>
+
+#include <stdbool.h>
+#include <stdint.h>
+
+enum moat_net_mode {
+	MOAT_NET_NONE = 0, /* own network namespace, loopback only */
+	MOAT_NET_HOST,     /* the host's network (explicit opt-out) */
+};
+
+/* What of the host filesystem is visible before allow/deny lists apply. */
+enum moat_fs_base {
+	MOAT_FS_SYSTEM = 0, /* /usr /bin /sbin /lib* /etc read-only (default) */
+	MOAT_FS_HOST_READ,  /* the whole host read-only (read-only / workspace-write modes, srt) */
+	MOAT_FS_HOST_WRITE, /* the whole host writable (danger-full-access) */
+};
+
+struct moat_policy {
+	char *workspace;      /* NULL = current directory */
+	bool workspace_write; /* false in read-only mode */
+	enum moat_fs_base fs_base;
+	struct moat_strv allow_read, deny_read, allow_write, deny_write;
+	enum moat_net_mode net;
+	struct moat_strv net_allow, net_deny; /* domain patterns (gateway) */
+	struct moat_strv env;                 /* "NAME" (pass) or "NAME=VALUE" */
+	uint64_t memory;     /* bytes; 0 = no limit */
+	uint64_t pids;       /* 0 = no limit */
+	uint64_t cpu_milli;  /* 1000 = one CPU; 0 = no limit */
+	uint64_t timeout_ms; /* 0 = none */
+	bool allow_degraded;
+	struct moat_strv warnings; /* for the front-end to print */
+	bool finalized;
+};
+
+/* Secure defaults: system dirs read-only, workspace = cwd read-write, no
+ * network, no limits, nothing of the caller's environment but the basics. */
+void moat_policy_init(struct moat_policy *p);
+void moat_policy_free(struct moat_policy *p);
+
+/* Codex CLI presets: "read-only", "workspace-write", "danger-full-access". */
+int moat_policy_set_mode(struct moat_policy *p, const char *mode,
+			 struct moat_err *e);
+
+/* Native JSON policy (docs/policy.md). Unknown keys and wrong types are
+ * errors naming the file and the key path. Relative paths are taken
+ * against cwd, "~" against home. */
+int moat_policy_load_json(struct moat_policy *p, const char *file,
+			  const char *cwd, const char *home, struct moat_err *e);
+int moat_policy_load_json_string(struct moat_policy *p, const char *json,
+				 const char *name, const char *cwd,
+				 const char *home, struct moat_err *e);
+
+/* Anthropic sandbox-runtime settings file (filesystem + network keys). */
+int moat_policy_load_srt(struct moat_policy *p, const char *file,
+			 const char *cwd, const char *home, struct moat_err *e);
+int moat_policy_load_srt_string(struct moat_policy *p, const char *json,
+				const char *name, const char *cwd,
+				const char *home, struct moat_err *e);
+
+/* Add one path to a list: made absolute against cwd/home. `what` names the
+ * source for error messages (e.g. "--allow-read"). */
+int moat_policy_add_path(struct moat_strv *list, const char *path,
+			 const char *cwd, const char *home, const char *what,
+			 struct moat_err *e);
+
+/* Validate an --env / env entry ("NAME" or "NAME=VALUE"). */
+int moat_policy_add_env(struct moat_policy *p, const char *entry,
+			struct moat_err *e);
+
+/* Resolve the workspace and every path (symlinks resolved: a path is
+ * confined by what it really is), check they exist and are consistent.
+ * After this the engine may use the policy. */
+int moat_policy_finalize(struct moat_policy *p, const char *cwd,
+			 const char *home, struct moat_err *e);
+
+/* The final environment of the command: PATH, HOME=home, TERM, LANG,
+ * LC_*, TZ from `caller`, then the policy's env entries, MOAT_SANDBOX=1. */
+int moat_policy_build_env(const struct moat_policy *p, char *const *caller,
+			  const char *home, struct moat_strv *out,
+			  struct moat_err *e);
+
+/* Paths that are always hidden (secrets), for a given home directory:
+ * appended (absolute) to *out, realpath'd variants included. */
+void moat_policy_hidden_paths(const char *home, struct moat_strv *out);
+
+/* Names write-protected inside every writable path, whether they exist or
+ * not. NULL-terminated; entries ending in '/' are directories. */
+extern const char *const moat_mandatory_deny[];
+
+#endif

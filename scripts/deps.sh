@@ -1,0 +1,17 @@
+#!/bin/sh
+# Install the Debian packages moat builds and tests with, when missing.
+set -e
+PKGS="gcc make pkg-config libseccomp-dev libjansson-dev libcriterion-dev python3 python3-pytest bubblewrap hyperfine util-linux procps iproute2 passwd"
+missing=""
+for p in $PKGS; do
+	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
+done
+[ -z "$missing" ] && exit 0
+if [ "$(id -u)" != 0 ]; then
+	echo "moat: missing Debian packages:$missing (run as root, or apt-get install them)" >&2
+	exit 1
+fi
+echo "moat: installing:$missing"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends $missing >/dev/null

@@ -1,0 +1,47 @@
+/* Small shared helpers: string vectors, size/number parsing, paths, files.
+ * Functions that can fail return 0 / -1 and fill a struct moat_err. */
+#ifndef MOAT_UTIL_H
+#define MOAT_UTIL_H
+
+#include <moat/err.h>
+#include <moat/strv.h>
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* Parse "512M", "2G", "1048576", "1.5G" (binary units K/M/G/T, optional
+ * trailing "B"/"iB"). Zero and overflow are errors. */
+int moat_parse_size(const char *s, uint64_t *out, struct moat_err *e);
+
+/* Parse a positive decimal (fractions allowed), e.g. "1.5" -> 1500 when
+ * scale = 1000. Rejects 0, negatives, junk and values over max (scaled). */
+int moat_parse_scaled(const char *s, uint64_t scale, uint64_t max,
+		      uint64_t *out, struct moat_err *e);
+
+/* Parse a positive integer in [1, max]. */
+int moat_parse_uint(const char *s, uint64_t max, uint64_t *out,
+		    struct moat_err *e);
+
+/* Make `p` absolute: "~" and "~/x" expand against home, relative paths
+ * against base. Result is lexically normalised ("." "..", "//" removed)
+ * but symlinks are not resolved. Returns a malloc'd string or NULL. */
+char *moat_path_absolute(const char *p, const char *base, const char *home,
+			 struct moat_err *e);
+
+/* Lexically normalise an absolute path in place. */
+void moat_path_normalize(char *p);
+
+/* true when `path` equals `dir` or lies below it (lexical, normalised). */
+bool moat_path_within(const char *path, const char *dir);
+
+/* malloc'd printf; aborts on OOM (only used for small strings). */
+char *moat_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Write the whole string to a file (O_WRONLY, no create). */
+int moat_write_file(const char *path, const char *s, struct moat_err *e);
+
+/* Read up to cap-1 bytes of a file into buf (NUL-terminated). */
+int moat_read_file(const char *path, char *buf, size_t cap, struct moat_err *e);
+
+#endif

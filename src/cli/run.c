@@ -1,0 +1,284 @@
+/* moat run: flags -> policy -> one engine call -> the command's status. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include <moat/jail.h>
+#include <moat/policy.h>
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <limits.h>
+#include <pwd.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+extern char **environ;
+
+enum {
+	OPT_ALLOW_READ = 256, OPT_DENY_READ, OPT_ALLOW_WRITE, OPT_DENY_WRITE, OPT_ENV,
+	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
+	OPT_MODE, OPT_DEGRADED,
+};
+
+static const struct option opts[] = {
+	{"workspace", required_argument, NULL, 'w'},
+	{"allow-read", required_argument, NULL, OPT_ALLOW_READ},
+	{"deny-read", required_argument, NULL, OPT_DENY_READ},
+	{"allow-write", required_argument, NULL, OPT_ALLOW_WRITE},
+	{"deny-write", required_argument, NULL, OPT_DENY_WRITE},
+	{"env", required_argument, NULL, OPT_ENV},
+	{"memory", required_argument, NULL, OPT_MEMORY},
+	{"pids", required_argument, NULL, OPT_PIDS},
+	{"cpus", required_argument, NULL, OPT_CPUS},
+	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"net", required_argument, NULL, OPT_NET},
+	{"policy", required_argument, NULL, OPT_POLICY},
+	{"srt-settings", required_argument, NULL, OPT_SRT},
+	{"mode", required_argument, NULL, OPT_MODE},
+	{"allow-degraded", no_argument, NULL, OPT_DEGRADED},
+	{"help", no_argument, NULL, 'h'},
+	{NULL, 0, NULL, 0},
+};
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat run [OPTIONS] -- COMMAND [ARG...]\n"
+	      "\n"
+	      "  -w, --workspace DIR     read-write directory the command starts in (default: .)\n"
+	      "      --allow-read PATH   also show PATH read-only (repeatable)\n"
+	      "      --deny-read PATH    hide PATH (repeatable)\n"
+	      "      --allow-write PATH  also make PATH writable (repeatable)\n"
+	      "      --deny-write PATH   keep PATH read-only, even if it does not exist yet\n"
+	      "      --env NAME[=VALUE]  pass the caller's NAME, or set it (repeatable)\n"
+	      "      --memory SIZE       memory limit, e.g. 512M, 2G\n"
+	      "      --pids N            at most N processes and threads\n"
+	      "      --cpus N            CPU time, in CPUs (fractions allowed)\n"
+	      "      --timeout SECONDS   kill the sandbox after this long (exit 124)\n"
+	      "      --net none|host     network: own empty namespace (default) or the host's\n"
+	      "      --policy FILE       native JSON policy (docs/policy.md)\n"
+	      "      --srt-settings FILE sandbox-runtime (srt) settings file\n"
+	      "      --mode MODE         read-only | workspace-write | danger-full-access\n"
+	      "      --allow-degraded    run even if a protection layer is unavailable\n"
+	      "\n"
+	      "exit status: the command's; 128+N if killed by signal N; 124 on timeout;\n"
+	      "125 moat's own error; 126 not executable; 127 not found.\n", f);
+}
+
+struct flag {
+	int opt;
+	const char *arg;
+};
+
+static void warn_cb(void *arg, const char *msg)
+{
+	(void)arg;
+	fprintf(stderr, "moat: warning: %s\n", msg);
+}
+
+static char *find_home(void)
+{
+	const char *h = getenv("HOME");
+	if (!h || h[0] != '/') {
+		struct passwd *pw = getpwuid(getuid());
+		h = pw && pw->pw_dir && pw->pw_dir[0] == '/' ? pw->pw_dir : "/tmp";
+	}
+	char *real = realpath(h, NULL);
+	return real ? real : strdup(h);
+}
+
+static int apply_flag(struct moat_policy *p, const struct flag *f, const char *cwd,
+		      const char *home, struct moat_err *e)
+{
+	const char *name = NULL;
+	for (size_t i = 0; opts[i].name; i++)
+		if (opts[i].val == f->opt)
+			name = opts[i].name;
+	char what[64];
+	snprintf(what, sizeof what, "--%s", name ? name : "?");
+	int r = 0;
+	switch (f->opt) {
+	case 'w':
+		free(p->workspace);
+		p->workspace = moat_path_absolute(f->arg, cwd, home, e);
+		r = p->workspace ? 0 : -1;
+		break;
+	case OPT_ALLOW_READ:
+		return moat_policy_add_path(&p->allow_read, f->arg, cwd, home, what, e);
+	case OPT_DENY_READ:
+		return moat_policy_add_path(&p->deny_read, f->arg, cwd, home, what, e);
+	case OPT_ALLOW_WRITE:
+		return moat_policy_add_path(&p->allow_write, f->arg, cwd, home, what, e);
+	case OPT_DENY_WRITE:
+		return moat_policy_add_path(&p->deny_write, f->arg, cwd, home, what, e);
+	case OPT_ENV:
+		r = moat_policy_add_env(p, f->arg, e);
+		break;
+	case OPT_MEMORY:
+		r = moat_parse_size(f->arg, &p->memory, e);
+		break;
+	case OPT_PIDS:
+		r = moat_parse_uint(f->arg, 4194304, &p->pids, e);
+		break;
+	case OPT_CPUS:
+		r = moat_parse_scaled(f->arg, 1000, 4096000, &p->cpu_milli, e);
+		break;
+	case OPT_TIMEOUT:
+		r = moat_parse_scaled(f->arg, 1000, 31536000000ULL, &p->timeout_ms, e);
+		break;
+	case OPT_NET:
+		if (strcmp(f->arg, "none") == 0)
+			p->net = MOAT_NET_NONE;
+		else if (strcmp(f->arg, "host") == 0)
+			p->net = MOAT_NET_HOST;
+		else
+			r = moat_err_set(e, MOAT_E_USAGE, 0,
+					 "'%s' (expected none or host)", f->arg);
+		break;
+	case OPT_DEGRADED:
+		p->allow_degraded = true;
+		break;
+	default:
+		break;
+	}
+	if (r < 0)
+		moat_err_prefix(e, "%s", what);
+	return r;
+}
+
+/* Signals a terminal or a supervisor sends us, passed on to the command. */
+static const int forward[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
+			      SIGUSR2, SIGWINCH, SIGCONT, 0};
+
+int moat_cmd_run(int argc, char **argv)
+{
+	_cleanup_free_ struct flag *flags = calloc((size_t)argc + 1, sizeof *flags);
+	if (!flags)
+		return moat_cli_fail("out of memory");
+	size_t nflags = 0;
+	const char *mode = NULL, *policy = NULL, *srt = NULL;
+	optind = 1;
+	opterr = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "+w:h", opts, NULL)) != -1) {
+		switch (c) {
+		case 'h':
+			usage(stdout);
+			return 0;
+		case '?':
+			if (optopt && optopt < 256)
+				return moat_cli_fail("unknown option '-%c' (see moat run --help)", optopt);
+			return moat_cli_fail("unknown or incomplete option '%s' (see moat run --help)",
+					     argv[optind - 1]);
+		case ':':
+			return moat_cli_fail("option '%s' needs a value", argv[optind - 1]);
+		case OPT_MODE:
+			mode = optarg;
+			break;
+		case OPT_POLICY:
+			policy = optarg;
+			break;
+		case OPT_SRT:
+			srt = optarg;
+			break;
+		default:
+			flags[nflags++] = (struct flag){c, optarg};
+		}
+	}
+	if (optind >= argc)
+		return moat_cli_fail("no command given (usage: moat run [OPTIONS] -- COMMAND [ARG...])");
+	char *const *cmd = argv + optind;
+
+	char cwd[PATH_MAX];
+	if (!getcwd(cwd, sizeof cwd))
+		return moat_cli_fail("current directory: %s", strerror(errno));
+	_cleanup_free_ char *home = find_home();
+
+	struct moat_policy p;
+	struct moat_err e = {0};
+	moat_policy_init(&p);
+	int rc = 125;
+	struct moat_strv env = {0};
+	struct moat_jail *j = NULL;
+	if (mode && moat_policy_set_mode(&p, mode, &e) < 0) {
+		moat_err_prefix(&e, "--mode");
+		goto out_err;
+	}
+	if (policy && moat_policy_load_json(&p, policy, cwd, home, &e) < 0)
+		goto out_err;
+	if (srt && moat_policy_load_srt(&p, srt, cwd, home, &e) < 0)
+		goto out_err;
+	for (size_t i = 0; i < nflags; i++)
+		if (apply_flag(&p, &flags[i], cwd, home, &e) < 0)
+			goto out_err;
+	if (moat_policy_finalize(&p, cwd, home, &e) < 0)
+		goto out_err;
+	for (size_t i = 0; i < p.warnings.n; i++)
+		fprintf(stderr, "moat: warning: %s\n", p.warnings.v[i]);
+	if (p.net == MOAT_NET_HOST)
+		fprintf(stderr, "moat: warning: --net host: the sandbox shares the host's network\n");
+	if (p.fs_base == MOAT_FS_HOST_WRITE)
+		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
+	if (moat_policy_build_env(&p, environ, home, &env, &e) < 0)
+		goto out_err;
+
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (size_t i = 0; forward[i]; i++)
+		sigaddset(&set, forward[i]);
+	sigprocmask(SIG_BLOCK, &set, NULL);
+
+	struct moat_launch l = {
+		.argv = cmd,
+		.envp = env.v,
+		.home = home,
+		.die_with_parent = true,
+		.warn = warn_cb,
+	};
+	if (moat_jail_spawn(&p, &l, &j, &e) < 0)
+		goto out_err;
+
+	int64_t deadline = p.timeout_ms ? moat_now_ms() + (int64_t)p.timeout_ms : -1;
+	struct moat_jail_status st;
+	int r = moat_jail_wait(j, deadline, forward, &st, &e);
+	if (r == 0) {
+		/* Timed out: TERM first, the whole sandbox a second later. */
+		moat_jail_signal(j, SIGTERM);
+		r = moat_jail_wait(j, moat_now_ms() + 1000, forward, &st, &e);
+		if (r == 0) {
+			moat_jail_kill(j);
+			r = moat_jail_wait(j, -1, forward, &st, &e);
+		}
+		if (r < 0)
+			goto out_err;
+		fprintf(stderr, "moat: timed out after %.3gs; the sandbox was killed\n",
+			(double)p.timeout_ms / 1000);
+		rc = 124;
+		goto out;
+	}
+	if (r < 0)
+		goto out_err;
+	if (st.oom) {
+		char lim[32];
+		snprintf(lim, sizeof lim, "%lluM", (unsigned long long)(p.memory >> 20));
+		fprintf(stderr, "moat: out of memory: the sandbox reached its memory limit "
+				"(--memory %s) and the kernel killed a process\n", lim);
+	}
+	rc = st.exit_code;
+	goto out;
+
+out_err:
+	rc = moat_cli_fail("%s", e.msg);
+	rc = moat_err_exit_code(&e);
+out:
+	moat_jail_destroy(j);
+	moat_strv_free(&env);
+	moat_policy_free(&p);
+	return rc;
+}

@@ -1,0 +1,132 @@
+/* Engine internals shared by the files of src/jail/. Each isolation concern
+ * has its own file; functions are named by the side of clone() that runs
+ * them: *_prepare (host, before clone), *_parent (host, after clone),
+ * *_child (inside the sandbox, before the command runs). */
+#ifndef MOAT_JAIL_INTERNAL_H
+#define MOAT_JAIL_INTERNAL_H
+
+#include <moat/jail.h>
+#include <moat/policy.h>
+#include <moat/strv.h>
+
+#include <linux/filter.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+/* ---- mount plan: a compiled list of ops run by one switch ------------- */
+enum mop_kind {
+	MOP_TMPFS,   /* dst: fresh tmpfs (mode) */
+	MOP_BIND,    /* src (host path) -> dst */
+	MOP_BIND_FD, /* detached mount fd (idmapped workspace) -> dst */
+	MOP_SYMLINK, /* dst -> src (link text) */
+	MOP_PROC,    /* dst: fresh procfs + masks */
+	MOP_DEV,     /* dst: minimal /dev */
+	MOP_MASK,    /* dst: hide (empty read-only file or dir), if visible */
+	MOP_PROTECT, /* dst: writable root; write-protect mandatory names */
+	MOP_ROOT_RO, /* make the new root tmpfs read-only */
+};
+
+#define MOP_F_RDONLY 1u
+#define MOP_F_OPTIONAL 2u /* source may be missing */
+
+/* Landlock access classes attached to mount ops. */
+enum ll_class { LL_NONE = 0, LL_RO, LL_RW, LL_DEV, LL_PROC };
+
+struct mop {
+	enum mop_kind kind;
+	unsigned flags;
+	enum ll_class ll;
+	char *src;
+	char *dst;
+	int fd;
+	unsigned mode;
+	const char *const *names; /* MOP_PROTECT: relative names */
+	struct moat_strv extra;   /* MOP_PROTECT: user deny-write paths (relative) */
+};
+
+/* ---- the per-spawn context ------------------------------------------- */
+struct jail_ctx {
+	const struct moat_policy *p;
+	const struct moat_launch *l;
+	bool host_root;     /* moat runs as host uid 0 */
+	uid_t uid_in, uid_out;
+	gid_t gid_in, gid_out;
+	int ws_fd;          /* root mode: detached idmapped workspace mount */
+	struct mop *ops;
+	size_t nops;
+	int landlock_abi;   /* 0: skip (degraded) */
+	bool use_seccomp;
+	struct sock_filter *bpf;
+	unsigned short bpf_len;
+	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
+	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
+	struct moat_strv protect_roots; /* host paths with placeholders */
+	struct moat_strv hidden;
+};
+
+/* Message a child sends when setup fails. One write, < PIPE_BUF. */
+struct jail_msg {
+	int kind;
+	int errnum;
+	char msg[1024];
+};
+
+/* Send e over fd and _exit(125/126/127). Used only in the child. */
+__attribute__((noreturn)) void jail_child_fail(int fd, const struct moat_err *e);
+
+/* ns.c */
+int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e);
+pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e);
+int jail_ns_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e);
+int jail_ns_child(struct jail_ctx *c, struct moat_err *e);
+/* Root mode: turn a writable bind op into a detached id-mapped mount. */
+int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e);
+
+/* mount.c */
+int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_mount_child(struct jail_ctx *c, struct moat_err *e);
+void jail_mount_free(struct jail_ctx *c);
+
+/* Mask sources, created in the setup tmpfs (gone once the root pivots). */
+#define JAIL_EMPTY_FILE "/empty"
+#define JAIL_EMPTY_DIR "/emptydir"
+
+/* mount.c helpers shared with protect.c: mount a read-only copy of `src`
+ * onto the object `fd` refers to (which may be a symlink); bind `fd` onto
+ * itself read-only. */
+int jail_mount_onto(const char *src, int fd, const char *what, struct moat_err *e);
+int jail_mount_ro_self(int fd, const char *what, struct moat_err *e);
+
+/* protect.c: mandatory write-deny inside a writable root */
+int jail_protect_child(int rootfd, const char *root, const char *const *names,
+		       const struct moat_strv *extra, struct moat_err *e);
+/* Host side, after the run: remove placeholders this or earlier runs left,
+ * unless another sandbox still uses the root. */
+void jail_protect_cleanup(const char *root, const char *const *names,
+			  const struct moat_strv *extra);
+
+/* landlock.c */
+int jail_landlock_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_landlock_child(struct jail_ctx *c, struct moat_err *e);
+
+/* seccomp.c */
+int jail_seccomp_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_seccomp_child(struct jail_ctx *c, struct moat_err *e);
+
+/* caps.c: rlimits, securebits, capabilities, no_new_privs */
+int jail_caps_child(struct jail_ctx *c, struct moat_err *e);
+
+/* cgroup.c */
+struct jail_cgroup;
+int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,
+			struct moat_err *e);
+int jail_cgroup_parent(struct jail_cgroup *cg, pid_t pid, struct moat_err *e);
+bool jail_cgroup_oom(struct jail_cgroup *cg);
+void jail_cgroup_destroy(struct jail_cgroup *cg);
+
+/* Report a degraded layer (allow_degraded) or fail. */
+/* e holds the reason: with allow_degraded, warn and return 0; else -1. */
+int jail_degrade(struct jail_ctx *c, struct moat_err *e);
+
+#endif

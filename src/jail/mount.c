@@ -1,0 +1,485 @@
+/* The sandbox's filesystem view, built from scratch.
+ *
+ * prepare (host): compile the policy into a list of mount ops, sorted so a
+ * parent is mounted before anything inside it and masks/protections come
+ * last (so they win). child: run the ops with one switch, in a private
+ * mount namespace:
+ *   1. a setup tmpfs on /tmp, pivot_root into it: the host root is now at
+ *      /oldroot, the new root being built at /newroot;
+ *   2. every op reads from /oldroot/<src> and mounts on /newroot/<dst>;
+ *   3. detach /oldroot, pivot into /newroot, detach the setup tmpfs.
+ * Sources were realpath'd on the host, so no symlink inside /oldroot is
+ * followed; targets inside host-backed binds are opened with
+ * RESOLVE_IN_ROOT / O_NOFOLLOW so a hostile symlink cannot redirect a mask. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#define OLD "/oldroot"
+#define NEW "/newroot"
+
+static const char *const system_dirs[] = {
+	"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", NULL,
+};
+
+/* Files under /proc that reveal or change host state; masked or read-only
+ * even though the unprivileged sandbox user could rarely use them. */
+static const char *const proc_ro[] = {"sys", "sysrq-trigger", "irq", "bus", NULL};
+static const char *const proc_mask[] = {"kcore", "keys", "timer_list",
+					"sched_debug", "kallsyms", NULL};
+
+static struct mop *add_op(struct jail_ctx *c, enum mop_kind kind, const char *src,
+			  const char *dst, unsigned flags, enum ll_class ll)
+{
+	c->ops = realloc(c->ops, (c->nops + 1) * sizeof *c->ops);
+	if (!c->ops) {
+		fputs("moat: out of memory\n", stderr);
+		abort();
+	}
+	struct mop *op = &c->ops[c->nops++];
+	memset(op, 0, sizeof *op);
+	op->kind = kind;
+	op->src = src ? strdup(src) : NULL;
+	op->dst = strdup(dst);
+	op->flags = flags;
+	op->ll = ll;
+	op->fd = -1;
+	return op;
+}
+
+void jail_mount_free(struct jail_ctx *c)
+{
+	for (size_t i = 0; i < c->nops; i++) {
+		free(c->ops[i].src);
+		free(c->ops[i].dst);
+		moat_strv_free(&c->ops[i].extra);
+		if (c->ops[i].fd >= 0)
+			close(c->ops[i].fd);
+	}
+	free(c->ops);
+	c->ops = NULL;
+	c->nops = 0;
+}
+
+static bool covered_by(const struct moat_strv *list, const char *path)
+{
+	for (size_t i = 0; i < list->n; i++)
+		if (moat_path_within(path, list->v[i]))
+			return true;
+	return false;
+}
+
+/* Binds of host paths, sorted by depth so parents go first. */
+struct bind {
+	const char *path;
+	bool rw;
+	bool protect;
+};
+
+static int bind_cmp(const void *a, const void *b)
+{
+	const struct bind *x = a, *y = b;
+	size_t lx = strlen(x->path), ly = strlen(y->path);
+	return lx < ly ? -1 : lx > ly;
+}
+
+int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
+{
+	const struct moat_policy *p = c->p;
+	const char *home = c->l->home;
+
+	/* 1. the base view */
+	if (p->fs_base == MOAT_FS_SYSTEM) {
+		for (size_t i = 0; system_dirs[i]; i++) {
+			struct stat st;
+			if (lstat(system_dirs[i], &st) < 0)
+				continue;
+			if (S_ISLNK(st.st_mode)) {
+				char target[PATH_MAX];
+				ssize_t n = readlink(system_dirs[i], target, sizeof target - 1);
+				if (n < 0)
+					return moat_err_set(e, MOAT_E_SYSTEM, errno,
+							    "readlink %s", system_dirs[i]);
+				target[n] = '\0';
+				add_op(c, MOP_SYMLINK, target, system_dirs[i], 0, LL_NONE);
+			} else {
+				add_op(c, MOP_BIND, system_dirs[i], system_dirs[i],
+				       MOP_F_RDONLY, LL_RO);
+			}
+		}
+	} else {
+		bool rw = p->fs_base == MOAT_FS_HOST_WRITE;
+		add_op(c, MOP_BIND, "/", "/", rw ? 0 : MOP_F_RDONLY, rw ? LL_RW : LL_RO);
+		if (!rw) {
+			/* Host daemons' sockets live under /run: a read-only
+			 * mount does not stop connect(2) on a socket file. */
+			add_op(c, MOP_TMPFS, NULL, "/run", MOP_F_RDONLY, LL_NONE)->mode = 0755;
+			add_op(c, MOP_TMPFS, NULL, "/sys", MOP_F_RDONLY, LL_NONE)->mode = 0555;
+		}
+	}
+	if (p->fs_base != MOAT_FS_HOST_WRITE) {
+		add_op(c, MOP_TMPFS, NULL, "/tmp", 0, LL_RW)->mode = 01777;
+		/* A private, empty home unless the policy shows the real one. */
+		if (home && !covered_by(&p->allow_read, home) &&
+		    !covered_by(&p->allow_write, home) &&
+		    !moat_path_within(home, p->workspace))
+			add_op(c, MOP_TMPFS, NULL, home, 0, LL_RW)->mode = 0700;
+	}
+
+	/* 2. host binds: allow-read, allow-write, the workspace */
+	size_t nb = p->allow_read.n + p->allow_write.n + 1;
+	_cleanup_free_ struct bind *b = calloc(nb, sizeof *b);
+	if (!b)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "mount plan");
+	size_t k = 0;
+	for (size_t i = 0; i < p->allow_read.n; i++)
+		b[k++] = (struct bind){p->allow_read.v[i], false, false};
+	for (size_t i = 0; i < p->allow_write.n; i++)
+		b[k++] = (struct bind){p->allow_write.v[i], true, true};
+	b[k++] = (struct bind){p->workspace, p->workspace_write, p->workspace_write};
+	qsort(b, k, sizeof *b, bind_cmp);
+	for (size_t i = 0; i < k; i++) {
+		/* In danger-full-access "/" is already the host, writable. */
+		if (p->fs_base == MOAT_FS_HOST_WRITE && strcmp(b[i].path, "/") == 0)
+			continue;
+		struct mop *op = add_op(c, MOP_BIND, b[i].path, b[i].path,
+					b[i].rw ? 0 : MOP_F_RDONLY, b[i].rw ? LL_RW : LL_RO);
+		if (b[i].rw && c->host_root && jail_ns_prepare_idmapped(c, op, e) < 0)
+			return -1;
+	}
+
+	/* 3. kernel filesystems */
+	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
+	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
+
+	/* 4. masks: secrets, then the policy's deny-read */
+	if (p->fs_base != MOAT_FS_HOST_WRITE) {
+		moat_policy_hidden_paths(home, &c->hidden);
+		for (size_t i = 0; i < c->hidden.n; i++)
+			add_op(c, MOP_MASK, NULL, c->hidden.v[i], 0, LL_NONE);
+	}
+	for (size_t i = 0; i < p->deny_read.n; i++)
+		add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
+
+	/* 5. write protection inside every host-backed writable root */
+	for (size_t i = 0; i < k; i++) {
+		if (!b[i].protect)
+			continue;
+		struct mop *op = add_op(c, MOP_PROTECT, NULL, b[i].path, 0, LL_NONE);
+		op->names = p->fs_base == MOAT_FS_HOST_WRITE ? NULL : moat_mandatory_deny;
+		for (size_t j = 0; j < p->deny_write.n; j++) {
+			const char *d = p->deny_write.v[j];
+			if (moat_path_within(d, b[i].path) && strcmp(d, b[i].path) != 0)
+				moat_strv_add(&op->extra, d + strlen(b[i].path) +
+							 (strcmp(b[i].path, "/") ? 1 : 0));
+		}
+		moat_strv_add(&c->protect_roots, b[i].path);
+	}
+	if (p->fs_base == MOAT_FS_HOST_WRITE && p->deny_write.n) {
+		struct mop *op = add_op(c, MOP_PROTECT, NULL, "/", 0, LL_NONE);
+		for (size_t j = 0; j < p->deny_write.n; j++)
+			moat_strv_add(&op->extra, p->deny_write.v[j] + 1);
+	}
+	if (p->fs_base == MOAT_FS_SYSTEM)
+		add_op(c, MOP_ROOT_RO, NULL, "/", 0, LL_NONE);
+	return 0;
+}
+
+/* ---- child side --------------------------------------------------------- */
+
+static int set_attr(int dfd, const char *path, unsigned flags, uint64_t set,
+		    const char *what, struct moat_err *e)
+{
+	struct mount_attr a = {.attr_set = set};
+	if (mount_setattr(dfd, path, flags, &a, sizeof a) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mount_setattr %s", what);
+	return 0;
+}
+
+/* mkdir -p the parents of path (absolute, under NEW), then the leaf as a
+ * directory or an empty file. Existing entries are fine. */
+static int make_mountpoint(const char *path, bool dir, struct moat_err *e)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return moat_err_set(e, MOAT_E_USAGE, ENAMETOOLONG, "%s", path);
+	for (char *s = buf + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "mkdir %s", buf);
+		*s = '/';
+	}
+	if (dir) {
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "mkdir %s", buf);
+	} else {
+		int fd = open(buf, O_RDONLY | O_CREAT | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK, 0644);
+		if (fd < 0 && errno != EEXIST && errno != EROFS && errno != EISDIR)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "create %s", buf);
+		if (fd >= 0)
+			close(fd);
+	}
+	return 0;
+}
+
+int jail_mount_onto(const char *src, int fd, const char *what, struct moat_err *e)
+{
+	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (t < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", src);
+	if (set_attr(t, "", AT_EMPTY_PATH, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+			   MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, what, e) < 0)
+		return -1;
+	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mask %s", what);
+	return 0;
+}
+
+int jail_mount_ro_self(int fd, const char *what, struct moat_err *e)
+{
+	_cleanup_close_ int t = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+					   AT_EMPTY_PATH | AT_RECURSIVE);
+	if (t < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", what);
+	if (set_attr(t, "", AT_EMPTY_PATH | AT_RECURSIVE,
+		     MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, what, e) < 0)
+		return -1;
+	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "read-only bind %s", what);
+	return 0;
+}
+
+/* Open a path of the new root as the sandbox will resolve it. */
+static int open_in_root(int rootfd, const char *path, bool follow)
+{
+	struct open_how how = {
+		.flags = O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
+		.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS,
+	};
+	while (*path == '/')
+		path++;
+	if (!*path)
+		path = ".";
+	return (int)syscall(SYS_openat2, rootfd, path, &how, sizeof how);
+}
+
+static int op_bind(const struct mop *op, const char *src, const char *dst,
+		   struct moat_err *e)
+{
+	struct stat st;
+	if (stat(src, &st) < 0) {
+		if (op->flags & MOP_F_OPTIONAL)
+			return 0;
+		return moat_err_set(e, MOAT_E_USAGE, errno, "bind %s", op->src);
+	}
+	if (make_mountpoint(dst, S_ISDIR(st.st_mode), e) < 0)
+		return -1;
+	if (mount(src, dst, NULL, MS_BIND | MS_REC, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind %s on %s", op->src, op->dst);
+	uint64_t set = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
+	if (op->flags & MOP_F_RDONLY)
+		set |= MOUNT_ATTR_RDONLY;
+	return set_attr(AT_FDCWD, dst, AT_RECURSIVE, set, op->dst, e);
+}
+
+static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
+{
+	char opts[32];
+	snprintf(opts, sizeof opts, "mode=%o", op->mode);
+	if (make_mountpoint(dst, true, e) < 0)
+		return -1;
+	if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", op->dst);
+	if (op->flags & MOP_F_RDONLY)
+		return set_attr(AT_FDCWD, dst, 0, MOUNT_ATTR_RDONLY, op->dst, e);
+	return 0;
+}
+
+static int op_proc(const char *dst, struct moat_err *e)
+{
+	if (make_mountpoint(dst, true, e) < 0)
+		return -1;
+	if (mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mount proc on %s", dst);
+	char p[PATH_MAX];
+	for (size_t i = 0; proc_ro[i]; i++) {
+		snprintf(p, sizeof p, "%s/%s", dst, proc_ro[i]);
+		_cleanup_close_ int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && jail_mount_ro_self(fd, p, e) < 0)
+			return -1;
+	}
+	for (size_t i = 0; proc_mask[i]; i++) {
+		snprintf(p, sizeof p, "%s/%s", dst, proc_mask[i]);
+		_cleanup_close_ int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd >= 0 && jail_mount_onto(JAIL_EMPTY_FILE, fd, p, e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int op_dev(const char *dst, struct moat_err *e)
+{
+	static const char *const nodes[] = {"null", "zero", "full", "random",
+					    "urandom", "tty", NULL};
+	static const char *const links[][2] = {
+		{"/proc/self/fd", "fd"},         {"/proc/self/fd/0", "stdin"},
+		{"/proc/self/fd/1", "stdout"},   {"/proc/self/fd/2", "stderr"},
+		{"pts/ptmx", "ptmx"},
+	};
+	char p[PATH_MAX], s[PATH_MAX];
+	if (make_mountpoint(dst, true, e) < 0)
+		return -1;
+	if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", dst);
+	for (size_t i = 0; nodes[i]; i++) {
+		snprintf(p, sizeof p, "%s/%s", dst, nodes[i]);
+		snprintf(s, sizeof s, OLD "/dev/%s", nodes[i]);
+		if (make_mountpoint(p, false, e) < 0)
+			return -1;
+		if (mount(s, p, NULL, MS_BIND, NULL) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind /dev/%s", nodes[i]);
+		if (set_attr(AT_FDCWD, p, 0, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, p, e) < 0)
+			return -1;
+	}
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		snprintf(p, sizeof p, "%s/%s", dst, links[i][1]);
+		if (symlink(links[i][0], p) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "symlink %s", p);
+	}
+	snprintf(p, sizeof p, "%s/pts", dst);
+	if (mkdir(p, 0755) < 0 ||
+	    mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
+		  "newinstance,ptmxmode=0666,mode=620") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "devpts on %s", p);
+	snprintf(p, sizeof p, "%s/shm", dst);
+	if (mkdir(p, 0755) < 0 ||
+	    mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", p);
+	/* No new device nodes or files directly in /dev. */
+	return set_attr(AT_FDCWD, dst, 0, MOUNT_ATTR_RDONLY, dst, e);
+}
+
+static int op_mask(int rootfd, const struct mop *op, struct moat_err *e)
+{
+	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, false);
+	if (fd < 0) {
+		if (errno == ENOENT || errno == ENOTDIR || errno == EACCES)
+			return 0; /* not visible: nothing to hide */
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hide %s", op->dst);
+	}
+	struct stat st;
+	if (fstat(fd, &st) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", op->dst);
+	return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR : JAIL_EMPTY_FILE,
+			       fd, op->dst, e);
+}
+
+static int op_protect(int rootfd, const struct mop *op, struct moat_err *e)
+{
+	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
+	return jail_protect_child(fd, op->dst, op->names, &op->extra, e);
+}
+
+static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_err *e)
+{
+	char src[PATH_MAX], dst[PATH_MAX];
+	if (snprintf(dst, sizeof dst, NEW "%s", strcmp(op->dst, "/") ? op->dst : "") >=
+	    (int)sizeof dst)
+		return moat_err_set(e, MOAT_E_USAGE, ENAMETOOLONG, "%s", op->dst);
+	if (op->src && snprintf(src, sizeof src, OLD "%s", op->src) >= (int)sizeof src)
+		return moat_err_set(e, MOAT_E_USAGE, ENAMETOOLONG, "%s", op->src);
+	switch (op->kind) {
+	case MOP_TMPFS:
+		return op_tmpfs(op, dst, e);
+	case MOP_BIND:
+		if (strcmp(op->dst, "/") == 0) {
+			/* whole-host view: bind the old root over the new one */
+			if (mount(OLD, NEW, NULL, MS_BIND | MS_REC, NULL) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind /");
+			return set_attr(AT_FDCWD, NEW, AT_RECURSIVE,
+					MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+					((op->flags & MOP_F_RDONLY) ? MOUNT_ATTR_RDONLY : 0),
+					"/", e);
+		}
+		return op_bind(op, src, dst, e);
+	case MOP_BIND_FD:
+		if (make_mountpoint(dst, true, e) < 0)
+			return -1;
+		if (move_mount(op->fd, "", AT_FDCWD, dst, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno,
+					    "attach id-mapped %s", op->dst);
+		return 0;
+	case MOP_SYMLINK:
+		if (make_mountpoint(dst, true, e) < 0) /* creates parents */
+			return -1;
+		rmdir(dst);
+		if (symlink(op->src, dst) < 0 && errno != EEXIST)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "symlink %s", op->dst);
+		return 0;
+	case MOP_PROC:
+		return op_proc(dst, e);
+	case MOP_DEV:
+		return op_dev(dst, e);
+	case MOP_MASK:
+		return op_mask(rootfd, op, e);
+	case MOP_PROTECT:
+		return op_protect(rootfd, op, e);
+	case MOP_ROOT_RO:
+		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
+	}
+	return moat_err_set(e, MOAT_E_SYSTEM, EINVAL, "unknown mount op");
+}
+
+int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
+{
+	/* Nothing we mount may propagate back to the host. */
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "make / private");
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup tmpfs");
+	if (mkdir("/tmp/newroot", 0755) < 0 || mkdir("/tmp/oldroot", 0755) < 0 ||
+	    mkdir("/tmp/emptydir", 0) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup dirs");
+	int fd = open("/tmp/empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup file");
+	close(fd);
+	if (mount("tmpfs", "/tmp/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "root tmpfs");
+	if (chdir("/tmp") < 0 || syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0 ||
+	    chdir("/") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pivot_root (setup)");
+
+	_cleanup_close_ int rootfd = open(NEW, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rootfd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open new root");
+	for (size_t i = 0; i < c->nops; i++) {
+		if (run_op(c, &c->ops[i], rootfd, e) < 0)
+			return -1;
+	}
+	if (umount2(OLD, MNT_DETACH) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "detach host root");
+	if (chdir(NEW) < 0 || syscall(SYS_pivot_root, ".", ".") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pivot_root");
+	if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "detach setup root");
+	return 0;
+}

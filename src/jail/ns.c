@@ -1,0 +1,191 @@
+/* Namespaces and id maps.
+ *
+ * Rootless: the command keeps the caller's uid (map "U U 1").
+ * Run by root: the sandbox runs as an unprivileged host uid (MOAT_HOST_UID)
+ * and sees itself as uid 1000; host-backed writable directories are
+ * mounted id-mapped so that files written there belong to the directory's
+ * owner and not to that unprivileged uid (mount_setattr(2), MOUNT_ATTR_IDMAP).
+ * One code path for both: the mode is the host_root field. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/capability.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <grp.h>
+
+#define MOAT_HOST_UID 65534 /* nobody: owns nothing worth having */
+#define MOAT_INSIDE_ID 1000
+
+int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e)
+{
+	(void)e;
+	c->host_root = geteuid() == 0;
+	if (c->host_root) {
+		c->uid_out = MOAT_HOST_UID;
+		c->gid_out = MOAT_HOST_UID;
+		c->uid_in = MOAT_INSIDE_ID;
+		c->gid_in = MOAT_INSIDE_ID;
+	} else {
+		c->uid_out = c->uid_in = geteuid();
+		c->gid_out = c->gid_in = getegid();
+	}
+	return 0;
+}
+
+static int write_maps(pid_t pid, const char *uidmap, const char *gidmap,
+		      bool deny_setgroups, struct moat_err *e)
+{
+	char path[64];
+	if (deny_setgroups) {
+		snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+		if (moat_write_file(path, "deny", e) < 0)
+			return moat_err_prefix(e, "user namespace");
+	}
+	snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+	if (moat_write_file(path, uidmap, e) < 0)
+		return moat_err_prefix(e, "user namespace uid map");
+	snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+	if (moat_write_file(path, gidmap, e) < 0)
+		return moat_err_prefix(e, "user namespace gid map");
+	return 0;
+}
+
+/* A user namespace mapping on-disk owner (uid, gid) to the sandbox's host
+ * ids, used only as the idmapping of a mount. Returns an ns fd. */
+static int idmap_userns(uid_t uid, gid_t gid, uid_t to_uid, gid_t to_gid,
+			struct moat_err *e)
+{
+	int pipefd[2];
+	if (pipe2(pipefd, O_CLOEXEC) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pipe");
+	pid_t pid = (pid_t)syscall(SYS_clone, CLONE_NEWUSER | SIGCHLD, 0, 0, 0, 0);
+	if (pid < 0) {
+		int err = errno;
+		close(pipefd[0]);
+		close(pipefd[1]);
+		return moat_err_set(e, MOAT_E_SYSTEM, err,
+				    "id-mapped mount: cannot create a user namespace");
+	}
+	if (pid == 0) {
+		char b;
+		close(pipefd[1]);
+		while (read(pipefd[0], &b, 1) < 0 && errno == EINTR)
+			;
+		_exit(0);
+	}
+	close(pipefd[0]);
+	char um[64], gm[64], path[64];
+	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
+	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
+	int fd = -1;
+	if (write_maps(pid, um, gm, false, e) == 0) {
+		snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
+		fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", path);
+	}
+	close(pipefd[1]);
+	while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+		;
+	return fd;
+}
+
+/* Root mode: every host-backed writable bind becomes a detached id-mapped
+ * mount created here (it needs host privilege) and attached by the child. */
+int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e)
+{
+	struct stat st;
+	if (stat(op->src, &st) < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", op->src);
+	_cleanup_close_ int ns = idmap_userns(st.st_uid, st.st_gid, c->uid_out,
+					      c->gid_out, e);
+	if (ns < 0)
+		return -1;
+	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src,
+					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", op->src);
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+		.userns_fd = (uint64_t)ns,
+	};
+	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "id-mapped mount of %s (kernel or filesystem "
+				    "without MOUNT_ATTR_IDMAP)", op->src);
+	op->fd = steal_fd(&fd);
+	op->kind = MOP_BIND_FD;
+	return 0;
+}
+
+pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e)
+{
+	unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
+			      CLONE_NEWIPC | CLONE_NEWUTS | SIGCHLD;
+	if (c->p->net == MOAT_NET_NONE)
+		flags |= CLONE_NEWNET;
+	/* Fork-like clone (no new stack): the child continues here. */
+	pid_t pid = (pid_t)syscall(SYS_clone, flags, 0, 0, 0, 0);
+	if (pid < 0) {
+		int err = errno;
+		if (err == EPERM || err == ENOSPC || err == EINVAL)
+			return moat_err_set(e, MOAT_E_SYSTEM, err,
+					    "cannot create namespaces (user "
+					    "namespaces disabled? see moat doctor)");
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "clone");
+	}
+	return pid;
+}
+
+int jail_ns_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e)
+{
+	char um[64], gm[64];
+	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)c->uid_in, (unsigned)c->uid_out);
+	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)c->gid_in, (unsigned)c->gid_out);
+	/* Rootless must deny setgroups(2) to map a gid; root keeps it so the
+	 * child can drop root's supplementary groups. */
+	return write_maps(pid, um, gm, !c->host_root, e);
+}
+
+int jail_ns_child(struct jail_ctx *c, struct moat_err *e)
+{
+	/* Supplementary groups are kernel gids: root's group 0 would still
+	 * grant group access on the host filesystem. Drop them. */
+	if (c->host_root && setgroups(0, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setgroups");
+	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_KEEPCAPS");
+	if (setresgid(c->gid_in, c->gid_in, c->gid_in) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setresgid %u", c->gid_in);
+	if (setresuid(c->uid_in, c->uid_in, c->uid_in) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setresuid %u", c->uid_in);
+	/* setresuid cleared the effective set; the mount setup needs it back
+	 * (these are capabilities over our own namespaces only). */
+	struct __user_cap_header_struct h = {.version = _LINUX_CAPABILITY_VERSION_3};
+	struct __user_cap_data_struct d[2];
+	if (syscall(SYS_capget, &h, d) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "capget");
+	d[0].effective = d[0].permitted;
+	d[1].effective = d[1].permitted;
+	if (syscall(SYS_capset, &h, d) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "capset");
+	if (prctl(PR_SET_KEEPCAPS, 0, 0, 0, 0) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_KEEPCAPS");
+	if (sethostname("moat", 4) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "sethostname");
+	return 0;
+}

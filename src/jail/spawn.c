@@ -1,0 +1,328 @@
+/* moat_jail_spawn and friends: the one flow from a policy to a confined
+ * command. The order inside the child is the security argument:
+ *
+ *   wait for the host to write our id maps and cgroup
+ *   ids (setgroups, setresuid)  -- before touching any file
+ *   cgroup namespace            -- after the host moved us into our cgroup
+ *   mount tree + pivot_root     -- needs capabilities over our namespaces
+ *   capabilities, securebits, rlimits, no_new_privs -- nothing needs them now
+ *   Landlock                    -- rules opened in the final view
+ *   seccomp last                -- it forbids mount/unshare used above
+ *   pid-1 supervisor forks the command, which inherits all of the above
+ *
+ * Child setup errors travel to the host as one struct jail_msg on a
+ * close-on-exec pipe; EOF on it means the command was exec'd. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+#include "../init/init.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+struct moat_jail {
+	struct jail_ctx c;
+	pid_t pid;
+	bool reaped;
+	struct jail_cgroup *cg;
+	int *locks;
+	size_t nlocks;
+};
+
+int64_t moat_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int jail_degrade(struct jail_ctx *c, struct moat_err *e)
+{
+	if (!c->p->allow_degraded) {
+		size_t l = strlen(e->msg);
+		snprintf(e->msg + l, sizeof e->msg - l,
+			 " (refusing to run without it; --allow-degraded overrides)");
+		return -1;
+	}
+	if (c->l->warn) {
+		char buf[MOAT_ERR_MSG + 64];
+		snprintf(buf, sizeof buf, "%s; continuing without it (--allow-degraded)",
+			 e->msg);
+		c->l->warn(c->l->warn_arg, buf);
+	}
+	e->kind = MOAT_E_NONE;
+	return 0;
+}
+
+void jail_child_fail(int fd, const struct moat_err *e)
+{
+	struct jail_msg m = {.kind = e->kind, .errnum = e->errnum};
+	snprintf(m.msg, sizeof m.msg, "%s", e->msg);
+	ssize_t w = write(fd, &m, sizeof m);
+	(void)w;
+	_exit(moat_err_exit_code(e));
+}
+
+static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
+{
+	struct moat_err e = {0};
+	close(c->sync_wr);
+	close(c->err_rd);
+	if (c->l->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+		moat_err_set(&e, MOAT_E_SYSTEM, errno, "PR_SET_PDEATHSIG");
+		jail_child_fail(c->err_wr, &e);
+	}
+	char go;
+	ssize_t n;
+	while ((n = read(c->sync_rd, &go, 1)) < 0 && errno == EINTR)
+		;
+	if (n != 1)
+		_exit(125); /* the host gave up (and told the user why) */
+	close(c->sync_rd);
+
+	if (jail_ns_child(c, &e) < 0)
+		jail_child_fail(c->err_wr, &e);
+	if (unshare(CLONE_NEWCGROUP) < 0) {
+		moat_err_set(&e, MOAT_E_SYSTEM, errno, "cgroup namespace");
+		jail_child_fail(c->err_wr, &e);
+	}
+	if (jail_mount_child(c, &e) < 0) {
+		moat_err_prefix(&e, "filesystem");
+		jail_child_fail(c->err_wr, &e);
+	}
+	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
+	    jail_seccomp_child(c, &e) < 0)
+		jail_child_fail(c->err_wr, &e);
+
+	struct moat_init_args ia = {
+		.argv = c->l->argv,
+		.envp = c->l->envp,
+		.cwd = c->l->cwd ? c->l->cwd : c->p->workspace,
+		.err_fd = c->err_wr,
+	};
+	moat_init_main(&ia);
+}
+
+static void ctx_free(struct jail_ctx *c)
+{
+	jail_mount_free(c);
+	free(c->bpf);
+	c->bpf = NULL;
+	moat_strv_free(&c->protect_roots);
+	moat_strv_free(&c->hidden);
+	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr, &c->ws_fd};
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+		if (*fds[i] >= 0) {
+			close(*fds[i]);
+			*fds[i] = -1;
+		}
+}
+
+/* Shared locks on the writable roots: the last sandbox to leave a root
+ * removes its placeholders (see protect.c). */
+static int lock_roots(struct moat_jail *j, struct moat_err *e)
+{
+	j->locks = calloc(j->c.protect_roots.n + 1, sizeof *j->locks);
+	if (!j->locks)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "locks");
+	for (size_t i = 0; i < j->c.protect_roots.n; i++) {
+		int fd = open(j->c.protect_roots.v[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0)
+			return moat_err_set(e, MOAT_E_USAGE, errno, "%s", j->c.protect_roots.v[i]);
+		j->locks[j->nlocks++] = fd;
+		if (flock(fd, LOCK_SH) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "lock %s",
+					    j->c.protect_roots.v[i]);
+	}
+	return 0;
+}
+
+static void reap(struct moat_jail *j, int *status)
+{
+	int st = 0;
+	while (waitpid(j->pid, &st, 0) < 0 && errno == EINTR)
+		;
+	j->reaped = true;
+	if (status)
+		*status = st;
+}
+
+int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
+		    struct moat_jail **out, struct moat_err *e)
+{
+	*out = NULL;
+	if (!p->finalized)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "policy was not finalized");
+	if (!l->argv || !l->argv[0])
+		return moat_err_set(e, MOAT_E_USAGE, 0, "no command given");
+	struct moat_jail *j = calloc(1, sizeof *j);
+	if (!j)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "jail");
+	struct jail_ctx *c = &j->c;
+	c->p = p;
+	c->l = l;
+	c->ws_fd = c->sync_rd = c->sync_wr = c->err_rd = c->err_wr = -1;
+	j->pid = -1;
+	int sp[2] = {-1, -1}, ep[2] = {-1, -1};
+
+	if (jail_ns_prepare(c, e) < 0 || jail_landlock_prepare(c, e) < 0 ||
+	    jail_seccomp_prepare(c, e) < 0 || jail_mount_prepare(c, e) < 0)
+		goto fail;
+	if (jail_cgroup_prepare(p, &j->cg, e) < 0 && jail_degrade(c, e) < 0)
+		goto fail;
+	if (lock_roots(j, e) < 0)
+		goto fail;
+	if (pipe2(sp, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "pipe");
+		goto fail;
+	}
+	c->sync_rd = sp[0];
+	c->sync_wr = sp[1];
+	c->err_rd = ep[0];
+	c->err_wr = ep[1];
+
+	fflush(NULL);
+	j->pid = jail_ns_clone(c, e);
+	if (j->pid < 0)
+		goto fail;
+	if (j->pid == 0)
+		child_main(c);
+
+	close(c->sync_rd);
+	close(c->err_wr);
+	c->sync_rd = c->err_wr = -1;
+	if (jail_ns_parent(c, j->pid, e) < 0 || jail_cgroup_parent(j->cg, j->pid, e) < 0)
+		goto fail;
+	if (write(c->sync_wr, "g", 1) != 1) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "start sandbox");
+		goto fail;
+	}
+	close(c->sync_wr);
+	c->sync_wr = -1;
+
+	struct jail_msg m;
+	ssize_t n;
+	while ((n = read(c->err_rd, &m, sizeof m)) < 0 && errno == EINTR)
+		;
+	if (n != 0) {
+		if (n == (ssize_t)sizeof m) {
+			m.msg[sizeof m.msg - 1] = '\0';
+			e->kind = (enum moat_err_kind)m.kind;
+			e->errnum = m.errnum;
+			snprintf(e->msg, sizeof e->msg, "%s", m.msg);
+		} else {
+			moat_err_set(e, MOAT_E_SYSTEM, n < 0 ? errno : EPROTO,
+				     "sandbox setup failed");
+		}
+		goto fail;
+	}
+	close(c->err_rd);
+	c->err_rd = -1;
+	/* The bpf, idmapped mount fds etc. were for the child only. */
+	c->p = NULL;
+	c->l = NULL;
+	*out = j;
+	return 0;
+
+fail:
+	if (j->pid > 0) {
+		kill(j->pid, SIGKILL);
+		reap(j, NULL);
+	}
+	c->p = NULL; /* no further use of the caller's structs */
+	moat_jail_destroy(j);
+	return -1;
+}
+
+pid_t moat_jail_pid(const struct moat_jail *j)
+{
+	return j->pid;
+}
+
+int moat_jail_signal(struct moat_jail *j, int sig)
+{
+	if (j->reaped)
+		return 0;
+	return kill(j->pid, sig);
+}
+
+int moat_jail_kill(struct moat_jail *j)
+{
+	if (j->reaped)
+		return 0;
+	return kill(j->pid, SIGKILL);
+}
+
+int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
+		   struct moat_jail_status *st, struct moat_err *e)
+{
+	sigset_t set;
+	sigemptyset(&set);
+	sigaddset(&set, SIGCHLD);
+	for (size_t i = 0; forward && forward[i]; i++)
+		sigaddset(&set, forward[i]);
+	for (;;) {
+		int status;
+		pid_t r = waitpid(j->pid, &status, WNOHANG);
+		if (r < 0 && errno != EINTR)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "waitpid");
+		if (r == j->pid) {
+			j->reaped = true;
+			memset(st, 0, sizeof *st);
+			if (WIFEXITED(status)) {
+				st->exit_code = WEXITSTATUS(status);
+			} else {
+				st->signal = WTERMSIG(status);
+				st->exit_code = 128 + st->signal;
+			}
+			st->oom = jail_cgroup_oom(j->cg);
+			return 1;
+		}
+		struct timespec ts = {1, 0}, *tsp = NULL;
+		if (deadline_ms >= 0) {
+			int64_t left = deadline_ms - moat_now_ms();
+			if (left <= 0)
+				return 0;
+			ts.tv_sec = left / 1000;
+			ts.tv_nsec = (left % 1000) * 1000000;
+			tsp = &ts;
+		}
+		siginfo_t si;
+		int sig = tsp ? sigtimedwait(&set, &si, tsp) : sigwaitinfo(&set, &si);
+		if (sig > 0 && sig != SIGCHLD)
+			kill(j->pid, sig);
+	}
+}
+
+void moat_jail_destroy(struct moat_jail *j)
+{
+	if (!j)
+		return;
+	if (j->pid > 0 && !j->reaped) {
+		kill(j->pid, SIGKILL);
+		reap(j, NULL);
+	}
+	jail_cgroup_destroy(j->cg);
+	for (size_t i = 0; i < j->nlocks; i++)
+		close(j->locks[i]);
+	free(j->locks);
+	for (size_t i = 0; i < j->c.nops; i++) {
+		const struct mop *op = &j->c.ops[i];
+		if (op->kind == MOP_PROTECT)
+			jail_protect_cleanup(op->dst, op->names, &op->extra);
+	}
+	ctx_free(&j->c);
+	free(j);
+}

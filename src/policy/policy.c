@@ -1,0 +1,324 @@
+/* Policy model: defaults, Codex presets, path lists, validation, the
+ * command's environment, and the fixed lists of hidden and write-protected
+ * paths. See include/moat/policy.h. */
+#define _GNU_SOURCE
+#include <moat/policy.h>
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+const char *const moat_mandatory_deny[] = {
+	".bashrc",  ".bash_profile", ".bash_login", ".profile",
+	".zshrc",   ".zprofile",     ".zshenv",     ".bash_logout",
+	".gitconfig", ".gitmodules", ".git/hooks/", ".git/config",
+	".mcp.json", ".vscode/",     ".idea/",      ".claude/commands/",
+	".claude/agents/", ".ripgreprc", NULL,
+};
+
+/* Relative to a home directory. */
+static const char *const hidden_in_home[] = {
+	".ssh", ".aws", ".gnupg", ".config/gcloud", ".kube", ".docker", ".netrc", NULL,
+};
+static const char *const hidden_abs[] = {
+	"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-", NULL,
+};
+
+void moat_policy_init(struct moat_policy *p)
+{
+	memset(p, 0, sizeof *p);
+	p->workspace_write = true;
+	p->fs_base = MOAT_FS_SYSTEM;
+	p->net = MOAT_NET_NONE;
+}
+
+void moat_policy_free(struct moat_policy *p)
+{
+	free(p->workspace);
+	moat_strv_free(&p->allow_read);
+	moat_strv_free(&p->deny_read);
+	moat_strv_free(&p->allow_write);
+	moat_strv_free(&p->deny_write);
+	moat_strv_free(&p->net_allow);
+	moat_strv_free(&p->net_deny);
+	moat_strv_free(&p->env);
+	moat_strv_free(&p->warnings);
+	memset(p, 0, sizeof *p);
+}
+
+int moat_policy_set_mode(struct moat_policy *p, const char *mode,
+			 struct moat_err *e)
+{
+	if (strcmp(mode, "read-only") == 0) {
+		p->fs_base = MOAT_FS_HOST_READ;
+		p->workspace_write = false;
+		p->net = MOAT_NET_NONE;
+	} else if (strcmp(mode, "workspace-write") == 0) {
+		p->fs_base = MOAT_FS_HOST_READ;
+		p->workspace_write = true;
+		p->net = MOAT_NET_NONE;
+	} else if (strcmp(mode, "danger-full-access") == 0) {
+		p->fs_base = MOAT_FS_HOST_WRITE;
+		p->workspace_write = true;
+		p->net = MOAT_NET_HOST;
+	} else {
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "unknown mode '%s' (expected read-only, "
+				    "workspace-write or danger-full-access)", mode);
+	}
+	return 0;
+}
+
+int moat_policy_add_path(struct moat_strv *list, const char *path,
+			 const char *cwd, const char *home, const char *what,
+			 struct moat_err *e)
+{
+	char *abs = moat_path_absolute(path, cwd, home, e);
+	if (!abs)
+		return moat_err_prefix(e, "%s", what);
+	if (moat_strv_contains(list, abs)) {
+		free(abs);
+		return 0;
+	}
+	moat_strv_take(list, abs);
+	return 0;
+}
+
+static bool env_name_ok(const char *s, size_t n)
+{
+	if (n == 0 || !(s[0] == '_' || (s[0] >= 'A' && s[0] <= 'Z') ||
+			(s[0] >= 'a' && s[0] <= 'z')))
+		return false;
+	for (size_t i = 1; i < n; i++) {
+		char c = s[i];
+		if (!(c == '_' || (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') ||
+		      (c >= '0' && c <= '9')))
+			return false;
+	}
+	return true;
+}
+
+int moat_policy_add_env(struct moat_policy *p, const char *entry,
+			struct moat_err *e)
+{
+	const char *eq = strchr(entry, '=');
+	size_t n = eq ? (size_t)(eq - entry) : strlen(entry);
+	if (!env_name_ok(entry, n))
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "invalid environment variable name in '%s'", entry);
+	moat_strv_add(&p->env, entry);
+	return 0;
+}
+
+static bool is_hidden(const char *path, const struct moat_strv *hidden)
+{
+	for (size_t i = 0; i < hidden->n; i++)
+		if (moat_path_within(path, hidden->v[i]))
+			return true;
+	return false;
+}
+
+/* Resolve symlinks of every path in a list. Paths that must exist (allow
+ * lists) fail when missing; deny lists keep a missing path as written so
+ * that it stays protected if it is created later. */
+static int resolve_list(struct moat_strv *list, bool must_exist,
+			const char *what, struct moat_err *e)
+{
+	for (size_t i = 0; i < list->n; i++) {
+		char *real = realpath(list->v[i], NULL);
+		if (!real) {
+			if (must_exist || errno != ENOENT)
+				return moat_err_set(e, MOAT_E_USAGE, errno, "%s %s",
+						    what, list->v[i]);
+			continue;
+		}
+		free(list->v[i]);
+		list->v[i] = real;
+	}
+	return 0;
+}
+
+int moat_policy_finalize(struct moat_policy *p, const char *cwd,
+			 const char *home, struct moat_err *e)
+{
+	if (!cwd || cwd[0] != '/')
+		return moat_err_set(e, MOAT_E_USAGE, 0, "current directory unknown");
+	char *ws = moat_path_absolute(p->workspace ? p->workspace : cwd, cwd, home, e);
+	if (!ws)
+		return moat_err_prefix(e, "workspace");
+	char *real = realpath(ws, NULL);
+	if (!real) {
+		int err = errno;
+		moat_err_set(e, MOAT_E_USAGE, err, "workspace %s", ws);
+		free(ws);
+		return -1;
+	}
+	free(ws);
+	free(p->workspace);
+	p->workspace = real;
+	struct stat st;
+	if (stat(real, &st) < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno, "workspace %s", real);
+	if (!S_ISDIR(st.st_mode))
+		return moat_err_set(e, MOAT_E_USAGE, ENOTDIR, "workspace %s", real);
+	if (p->fs_base != MOAT_FS_HOST_WRITE && strcmp(real, "/") == 0)
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "workspace /: refusing to make the whole "
+				    "filesystem writable (use --mode danger-full-access)");
+
+	if (resolve_list(&p->allow_read, true, "allow-read", e) < 0 ||
+	    resolve_list(&p->allow_write, true, "allow-write", e) < 0 ||
+	    resolve_list(&p->deny_read, false, "deny-read", e) < 0 ||
+	    resolve_list(&p->deny_write, false, "deny-write", e) < 0)
+		return -1;
+
+	if (p->fs_base != MOAT_FS_HOST_WRITE) {
+		struct moat_strv hidden = {0};
+		moat_policy_hidden_paths(home, &hidden);
+		int bad = 0;
+		if (is_hidden(real, &hidden))
+			bad = moat_err_set(e, MOAT_E_USAGE, 0,
+					   "workspace %s is inside a protected "
+					   "secrets path", real);
+		for (size_t i = 0; !bad && i < p->allow_write.n; i++)
+			if (is_hidden(p->allow_write.v[i], &hidden))
+				bad = moat_err_set(e, MOAT_E_USAGE, 0,
+						   "allow-write %s is inside a "
+						   "protected secrets path",
+						   p->allow_write.v[i]);
+		moat_strv_free(&hidden);
+		if (bad)
+			return -1;
+	}
+	for (size_t i = 0; i < p->allow_write.n; i++)
+		if (strcmp(p->allow_write.v[i], "/") == 0 &&
+		    p->fs_base != MOAT_FS_HOST_WRITE)
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "allow-write /: refusing to make the whole "
+					    "filesystem writable (use --mode danger-full-access)");
+	if (p->net_allow.n || p->net_deny.n) {
+		if (p->net == MOAT_NET_NONE)
+			moat_strv_add(&p->warnings,
+				      "domain allowlists need the egress gateway, "
+				      "which this build does not have yet: the "
+				      "network stays off");
+	}
+	p->finalized = true;
+	return 0;
+}
+
+static const char *getenv_in(char *const *env, const char *name, size_t n)
+{
+	for (size_t i = 0; env && env[i]; i++)
+		if (strncmp(env[i], name, n) == 0 && env[i][n] == '=')
+			return env[i] + n + 1;
+	return NULL;
+}
+
+static void env_set(struct moat_strv *out, const char *name, size_t n,
+		    const char *value)
+{
+	for (size_t i = 0; i < out->n; i++) {
+		if (strncmp(out->v[i], name, n) == 0 && out->v[i][n] == '=') {
+			free(out->v[i]);
+			out->v[i] = moat_strdupf("%.*s=%s", (int)n, name, value);
+			return;
+		}
+	}
+	moat_strv_take(out, moat_strdupf("%.*s=%s", (int)n, name, value));
+}
+
+int moat_policy_build_env(const struct moat_policy *p, char *const *caller,
+			  const char *home, struct moat_strv *out,
+			  struct moat_err *e)
+{
+	static const char *const keep[] = {"TERM", "LANG", "TZ", "COLORTERM", NULL};
+	const char *path = getenv_in(caller, "PATH", 4);
+	env_set(out, "PATH", 4,
+		path ? path : "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin");
+	env_set(out, "HOME", 4, home);
+	for (size_t i = 0; keep[i]; i++) {
+		const char *v = getenv_in(caller, keep[i], strlen(keep[i]));
+		if (v)
+			env_set(out, keep[i], strlen(keep[i]), v);
+	}
+	for (size_t i = 0; caller && caller[i]; i++) {
+		const char *eq = strchr(caller[i], '=');
+		if (eq && strncmp(caller[i], "LC_", 3) == 0)
+			env_set(out, caller[i], (size_t)(eq - caller[i]), eq + 1);
+	}
+	for (size_t i = 0; i < p->env.n; i++) {
+		const char *ent = p->env.v[i];
+		const char *eq = strchr(ent, '=');
+		if (eq) {
+			env_set(out, ent, (size_t)(eq - ent), eq + 1);
+			continue;
+		}
+		const char *v = getenv_in(caller, ent, strlen(ent));
+		if (v)
+			env_set(out, ent, strlen(ent), v);
+	}
+	env_set(out, "MOAT_SANDBOX", 12, "1");
+	(void)e;
+	return 0;
+}
+
+static void add_hidden(struct moat_strv *out, char *path)
+{
+	moat_path_normalize(path);
+	if (!moat_strv_contains(out, path)) {
+		char *real = realpath(path, NULL);
+		if (real && strcmp(real, path) != 0 && !moat_strv_contains(out, real))
+			moat_strv_take(out, real);
+		else
+			free(real);
+		moat_strv_take(out, path);
+	} else {
+		free(path);
+	}
+}
+
+static void add_home(struct moat_strv *out, const char *home)
+{
+	if (!home || home[0] != '/')
+		return;
+	for (size_t i = 0; hidden_in_home[i]; i++)
+		add_hidden(out, moat_strdupf("%s/%s", home, hidden_in_home[i]));
+}
+
+void moat_policy_hidden_paths(const char *home, struct moat_strv *out)
+{
+	add_home(out, home);
+	add_home(out, "/root");
+	DIR *d = opendir("/home");
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d))) {
+			if (de->d_name[0] == '.')
+				continue;
+			_cleanup_free_ char *h = moat_strdupf("/home/%s", de->d_name);
+			add_home(out, h);
+		}
+		closedir(d);
+	}
+	for (size_t i = 0; hidden_abs[i]; i++)
+		add_hidden(out, moat_strdupf("%s", hidden_abs[i]));
+	/* /etc/sudoers* : every entry whose name starts with "sudoers". */
+	d = opendir("/etc");
+	if (d) {
+		struct dirent *de;
+		while ((de = readdir(d)))
+			if (strncmp(de->d_name, "sudoers", 7) == 0)
+				add_hidden(out, moat_strdupf("/etc/%s", de->d_name));
+		closedir(d);
+	}
+	add_hidden(out, moat_strdupf("/etc/sudoers"));
+	add_hidden(out, moat_strdupf("/etc/sudoers.d"));
+}

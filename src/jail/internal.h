@@ -57,8 +57,6 @@ struct jail_ctx {
 	size_t nops;
 	int landlock_abi;   /* 0: skip (degraded) */
 	bool use_seccomp;
-	struct sock_filter *bpf;
-	unsigned short bpf_len;
 	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
 	struct moat_strv protect_roots; /* host paths with placeholders */

@@ -83,6 +83,19 @@ static bool covered_by(const struct moat_strv *list, const char *path)
 	return false;
 }
 
+/* Is a host path shown in the sandbox by some bind of the plan? */
+static bool visible(const struct jail_ctx *c, const char *path)
+{
+	if (c->p->fs_base != MOAT_FS_SYSTEM)
+		return true;
+	for (size_t i = 0; system_dirs[i]; i++)
+		if (moat_path_within(path, system_dirs[i]))
+			return true;
+	return covered_by(&c->p->allow_read, path) ||
+	       covered_by(&c->p->allow_write, path) ||
+	       moat_path_within(path, c->p->workspace);
+}
+
 /* Binds of host paths, sorted by depth so parents go first. */
 struct bind {
 	const char *path;
@@ -166,14 +179,17 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
 	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
 
-	/* 4. masks: secrets, then the policy's deny-read */
+	/* 4. masks: secrets, then the policy's deny-read; only where a host
+	 * bind makes them visible at all */
 	if (p->fs_base != MOAT_FS_HOST_WRITE) {
 		moat_policy_hidden_paths(home, &c->hidden);
 		for (size_t i = 0; i < c->hidden.n; i++)
-			add_op(c, MOP_MASK, NULL, c->hidden.v[i], 0, LL_NONE);
+			if (visible(c, c->hidden.v[i]))
+				add_op(c, MOP_MASK, NULL, c->hidden.v[i], 0, LL_NONE);
 	}
 	for (size_t i = 0; i < p->deny_read.n; i++)
-		add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
+		if (visible(c, p->deny_read.v[i]))
+			add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
 
 	/* 5. write protection inside every host-backed writable root */
 	for (size_t i = 0; i < k; i++) {

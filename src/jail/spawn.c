@@ -118,8 +118,6 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 static void ctx_free(struct jail_ctx *c)
 {
 	jail_mount_free(c);
-	free(c->bpf);
-	c->bpf = NULL;
 	moat_strv_free(&c->protect_roots);
 	moat_strv_free(&c->hidden);
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr, &c->ws_fd};

@@ -274,7 +274,14 @@ static void add_hidden(struct moat_strv *out, char *path)
 {
 	moat_path_normalize(path);
 	if (!moat_strv_contains(out, path)) {
-		char *real = realpath(path, NULL);
+		/* Also hide where a symlinked secret really lives. Only paths
+		 * through a symlink need realpath (most do not exist at all). */
+		struct stat st;
+		char *real = NULL;
+		if (lstat(path, &st) == 0)
+			real = realpath(path, NULL);
+		else if (errno != ENOENT)
+			real = realpath(path, NULL);
 		if (real && strcmp(real, path) != 0 && !moat_strv_contains(out, real))
 			moat_strv_take(out, real);
 		else

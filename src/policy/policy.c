@@ -197,6 +197,17 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 		if (bad)
 			return -1;
 	}
+	/* A workspace inside a writable path is writable (srt lists "." in
+	 * allowWrite); the workspace itself needs no second bind. */
+	struct moat_strv aw = {0};
+	for (size_t i = 0; i < p->allow_write.n; i++) {
+		if (moat_path_within(real, p->allow_write.v[i]))
+			p->workspace_write = true;
+		if (strcmp(p->allow_write.v[i], real) != 0)
+			moat_strv_add(&aw, p->allow_write.v[i]);
+	}
+	moat_strv_free(&p->allow_write);
+	p->allow_write = aw;
 	for (size_t i = 0; i < p->allow_write.n; i++)
 		if (strcmp(p->allow_write.v[i], "/") == 0 &&
 		    p->fs_base != MOAT_FS_HOST_WRITE)

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <stdbool.h>
 #include <unistd.h>
 
 static bool harmless(int err)
@@ -33,7 +34,7 @@ static bool harmless(int err)
 	return err == EACCES || err == EPERM || err == EROFS;
 }
 
-static int protect_one(int rootfd, const char *root, const char *rel,
+static int protect_one(int rootfd, const char *root, const char *rel, bool create,
 		       struct moat_err *e)
 {
 	char buf[PATH_MAX];
@@ -56,6 +57,8 @@ static int protect_one(int rootfd, const char *root, const char *rel,
 		char what[PATH_MAX];
 		snprintf(what, sizeof what, "%s/%s", root, rel);
 		_cleanup_close_ int fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT && !create)
+			return 0;
 		if (fd < 0 && errno == ENOENT) {
 			bool dir = !last || leaf_dir;
 			int r;
@@ -102,15 +105,76 @@ static int protect_one(int rootfd, const char *root, const char *rel,
 	return 0;
 }
 
+/* Existing protected names below the top of a root (nested repositories,
+ * sub-projects) are protected too, found by a bounded scan: depth and
+ * entry count are capped so a huge tree cannot stall the start. */
+#define SCAN_DEPTH 3
+#define SCAN_BUDGET 20000
+
+static bool skip_dir(const char *name)
+{
+	return strcmp(name, "node_modules") == 0 || strcmp(name, ".git") == 0;
+}
+
+static int scan(int dirfd, const char *path, const char *const *names, int depth,
+		size_t *budget, struct moat_err *e)
+{
+	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
+		return 0;
+	}
+	int r = 0;
+	struct dirent *de;
+	while (r == 0 && *budget > 0 && (de = readdir(d))) {
+		(*budget)--;
+		const char *n = de->d_name;
+		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+			continue;
+		if (depth > 0) {
+			size_t nl = strlen(n);
+			for (size_t i = 0; names[i] && r == 0; i++)
+				if (strncmp(names[i], n, nl) == 0 &&
+				    (names[i][nl] == '\0' || names[i][nl] == '/'))
+					r = protect_one(dirfd, path, names[i], false, e);
+		}
+		if (r == 0 && depth < SCAN_DEPTH && !skip_dir(n)) {
+			bool isdir = de->d_type == DT_DIR;
+			if (de->d_type == DT_UNKNOWN) {
+				struct stat st;
+				isdir = fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+					S_ISDIR(st.st_mode);
+			}
+			if (!isdir)
+				continue;
+			int sub = openat(dirfd, n, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0)
+				continue;
+			char p[PATH_MAX];
+			snprintf(p, sizeof p, "%s/%s", path, n);
+			r = scan(sub, p, names, depth + 1, budget, e);
+			close(sub);
+		}
+	}
+	closedir(d);
+	return r;
+}
+
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, struct moat_err *e)
 {
 	for (size_t i = 0; names && names[i]; i++)
-		if (protect_one(rootfd, root, names[i], e) < 0)
+		if (protect_one(rootfd, root, names[i], true, e) < 0)
 			return -1;
 	for (size_t i = 0; extra && i < extra->n; i++)
-		if (protect_one(rootfd, root, extra->v[i], e) < 0)
+		if (protect_one(rootfd, root, extra->v[i], true, e) < 0)
 			return -1;
+	size_t budget = SCAN_BUDGET;
+	if (names && scan(rootfd, root, names, 0, &budget, e) < 0)
+		return -1;
 	return 0;
 }
 

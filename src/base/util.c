@@ -71,13 +71,29 @@ char *moat_strdupf(const char *fmt, ...)
 	return s;
 }
 
+/* The number part (up to the first letter) is digits with at most one '.'. */
+static bool decimal_prefix_ok(const char *s)
+{
+	int dots = 0;
+	for (; *s && !isalpha((unsigned char)*s); s++) {
+		if (*s == '.')
+			dots++;
+		else if (!isdigit((unsigned char)*s))
+			return false;
+	}
+	if (*s == 'x' || *s == 'X' || *s == 'e' || *s == 'E')
+		return false;
+	return dots <= 1;
+}
+
 int moat_parse_size(const char *s, uint64_t *out, struct moat_err *e)
 {
 	if (!s || !*s)
 		return moat_err_set(e, MOAT_E_USAGE, 0, "empty size");
 	char *end = NULL;
 	errno = 0;
-	if (!isdigit((unsigned char)s[0]))
+	/* strtod also takes hex, inf and exponents: allow digits and one '.' */
+	if (!isdigit((unsigned char)s[0]) || !decimal_prefix_ok(s))
 		goto bad;
 	double v = strtod(s, &end);
 	if (errno || end == s || !isfinite(v))
@@ -130,7 +146,9 @@ int moat_parse_scaled(const char *s, uint64_t scale, uint64_t max,
 		      uint64_t *out, struct moat_err *e)
 {
 	char *end = NULL;
-	if (!s || (!isdigit((unsigned char)s[0]) && s[0] != '.'))
+	if (!s)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "missing number");
+	if ((!isdigit((unsigned char)s[0]) && s[0] != '.') || !decimal_prefix_ok(s))
 		goto bad;
 	errno = 0;
 	double v = strtod(s, &end);
@@ -169,6 +187,8 @@ int moat_parse_uint(const char *s, uint64_t max, uint64_t *out,
 
 void moat_path_normalize(char *p)
 {
+	if (!*p)
+		return; /* nothing to normalise (and no room for "/") */
 	/* Rebuild component by component; ".." never climbs above "/". */
 	size_t len = strlen(p);
 	char *out = p; /* write cursor; input is read ahead of it */

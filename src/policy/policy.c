@@ -125,9 +125,31 @@ static bool is_hidden(const char *path, const struct moat_strv *hidden)
 	return false;
 }
 
+/* realpath() of the longest existing prefix, plus the missing rest: a
+ * missing deny path under a symlinked directory must still name the place
+ * the sandbox's writable root really is. */
+static char *resolve_partial(const char *path)
+{
+	char buf[PATH_MAX];
+	if (snprintf(buf, sizeof buf, "%s", path) >= (int)sizeof buf)
+		return NULL;
+	for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
+		*slash = '\0';
+		char *real = realpath(buf[0] ? buf : "/", NULL);
+		if (real) {
+			char *r = moat_strdupf("%s/%s", strcmp(real, "/") ? real : "",
+					       path + (slash - buf) + 1);
+			free(real);
+			moat_path_normalize(r);
+			return r;
+		}
+	}
+	return NULL;
+}
+
 /* Resolve symlinks of every path in a list. Paths that must exist (allow
- * lists) fail when missing; deny lists keep a missing path as written so
- * that it stays protected if it is created later. */
+ * lists) fail when missing; deny lists keep a missing path (resolved as far
+ * as it exists) so that it stays protected if it is created later. */
 static int resolve_list(struct moat_strv *list, bool must_exist,
 			const char *what, struct moat_err *e)
 {
@@ -137,7 +159,9 @@ static int resolve_list(struct moat_strv *list, bool must_exist,
 			if (must_exist || errno != ENOENT)
 				return moat_err_set(e, MOAT_E_USAGE, errno, "%s %s",
 						    what, list->v[i]);
-			continue;
+			real = resolve_partial(list->v[i]);
+			if (!real)
+				continue;
 		}
 		free(list->v[i]);
 		list->v[i] = real;

@@ -151,8 +151,9 @@ static int native_limits(struct ctx *c, json_t *lim, struct moat_policy *p)
 	}
 	if ((v = json_object_get(lim, "timeout")) && !json_is_null(v)) {
 		double d = json_is_number(v) ? json_number_value(v) : -1;
-		if (!json_is_number(v) || !(d > 0) || d > 31536000)
-			return fail(c, "limits.timeout", "must be a positive number of seconds");
+		if (!json_is_number(v) || !(d >= 0.001) || d > 31536000)
+			return fail(c, "limits.timeout",
+				    "must be a number of seconds from 0.001 to 31536000");
 		p->timeout_ms = (uint64_t)llround(d * 1000);
 	}
 	return 0;
@@ -278,20 +279,21 @@ static int srt(struct ctx *c, json_t *root, struct moat_policy *p)
 	if (get_object(c, root, "filesystem", "filesystem", &o) < 0)
 		return -1;
 	if (o) {
-		bool disabled = false;
+		bool disabled = false, git_config = false;
 		if (check_keys(c, o, "filesystem", fs) < 0 ||
 		    get_paths(c, o, "denyRead", "filesystem.denyRead", &p->deny_read) < 0 ||
 		    get_paths(c, o, "allowRead", "filesystem.allowRead", &p->allow_read) < 0 ||
 		    get_paths(c, o, "allowWrite", "filesystem.allowWrite", &p->allow_write) < 0 ||
 		    get_paths(c, o, "denyWrite", "filesystem.denyWrite", &p->deny_write) < 0 ||
-		    get_bool(c, o, "disabled", "filesystem.disabled", &disabled) < 0)
+		    get_bool(c, o, "disabled", "filesystem.disabled", &disabled) < 0 ||
+		    get_bool(c, o, "allowGitConfig", "filesystem.allowGitConfig", &git_config) < 0)
 			return -1;
 		if (disabled)
 			return fail(c, "filesystem.disabled",
 				    "moat always confines the filesystem; remove this key");
 		drop_missing(p, &p->allow_write, c->file, "filesystem.allowWrite");
 		drop_missing(p, &p->allow_read, c->file, "filesystem.allowRead");
-		if (json_is_true(json_object_get(o, "allowGitConfig")))
+		if (git_config)
 			moat_strv_take(&p->warnings,
 				       moat_strdupf("%s: filesystem.allowGitConfig is not "
 						    "supported: .git/config stays read-only",

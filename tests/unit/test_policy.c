@@ -750,11 +750,11 @@ Test(json, oversized_file_rejected)
 	tmp_rm(dir);
 }
 
-/* BUG: a positive limits.timeout below 0.5 ms (e.g. 0.0001) passes the
+/* Regression (was a bug): a positive limits.timeout below 0.5 ms (e.g. 0.0001) passes the
  * "> 0" check but is rounded to timeout_ms = 0, which means "no timeout":
  * the limit silently disappears. (--timeout 0.0001 is rejected by
  * moat_parse_scaled.) It should be rejected or rounded up to 1 ms. */
-Test(json, tiny_timeout_not_dropped, .disabled = true)
+Test(json, tiny_timeout_not_dropped)
 {
 	struct moat_policy p;
 	moat_policy_init(&p);
@@ -915,11 +915,11 @@ Test(srt, allow_git_config_warns)
 	moat_policy_free(&p);
 }
 
-/* BUG: filesystem.allowGitConfig is read (json_is_true) but never type
+/* Regression (was a bug): filesystem.allowGitConfig is read (json_is_true) but never type
  * checked: {"filesystem": {"allowGitConfig": "yes"}} is accepted silently,
  * with neither the usual warning nor a wrong-type error, although srt
  * settings are documented as strict about types. */
-Test(srt, allow_git_config_wrong_type, .disabled = true)
+Test(srt, allow_git_config_wrong_type)
 {
 	srt_fails("{\"filesystem\": {\"allowGitConfig\": \"yes\"}}",
 		  "filesystem.allowGitConfig");
@@ -1404,12 +1404,12 @@ Test(finalize, deny_lists_keep_missing_and_resolve_existing)
 	tmp_rm(dir);
 }
 
-/* BUG: a deny-write path that does not exist yet is kept exactly as written,
+/* Regression (was a bug): a deny-write path that does not exist yet is kept exactly as written,
  * even when its parent is a symlink. Every writable root is realpath'd, so
  * jail_mount_prepare()'s moat_path_within(deny, root) never matches and the
  * path is silently left unprotected once created. finalize should resolve
  * the existing prefix: <dir>/link/new -> <dir>/real/new. */
-Test(finalize, deny_missing_under_symlink_resolved, .disabled = true)
+Test(finalize, deny_missing_under_symlink_resolved)
 {
 	char *dir = tmp_dir();
 	char *real = mkdir_in(dir, "real");
@@ -1457,6 +1457,69 @@ Test(finalize, symlinked_workspace_resolved)
 	free(real);
 	free(link);
 	free(link2);
+	tmp_rm(dir);
+}
+
+/* srt lists "." in allowWrite to make the workspace writable: finalize
+ * turns that into workspace_write and drops the duplicate bind. */
+Test(finalize, srt_dot_makes_workspace_writable)
+{
+	char *dir = tmp_dir();
+	char *other = mkdir_in(dir, "other");
+	char *json = moat_strdupf("{\"filesystem\": {\"allowWrite\": [\".\", \"%s\"]}}", other);
+	struct moat_policy p;
+	moat_policy_init(&p);
+	struct moat_err e = {0};
+	cr_assert_eq(moat_policy_load_srt_string(&p, json, "s.json", dir, dir, &e), 0, "%s", e.msg);
+	cr_assert_not(p.workspace_write);
+	cr_assert_eq(p.allow_write.n, 2);
+	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), 0, "%s", e.msg);
+	cr_assert_str_eq(p.workspace, dir);
+	cr_assert(p.workspace_write);
+	cr_assert_eq(p.allow_write.n, 1, "workspace kept as a second bind");
+	cr_assert_str_eq(p.allow_write.v[0], other);
+	moat_policy_free(&p);
+
+	/* without "." the workspace stays read-only */
+	moat_policy_init(&p);
+	free(json);
+	json = moat_strdupf("{\"filesystem\": {\"allowWrite\": [\"%s\"]}}", other);
+	cr_assert_eq(moat_policy_load_srt_string(&p, json, "s.json", dir, dir, &e), 0, "%s", e.msg);
+	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), 0, "%s", e.msg);
+	cr_assert_not(p.workspace_write);
+	cr_assert_eq(p.allow_write.n, 1);
+	moat_policy_free(&p);
+	free(json);
+	free(other);
+	tmp_rm(dir);
+}
+
+Test(finalize, workspace_inside_allow_write_is_writable)
+{
+	char *dir = tmp_dir();
+	char *ws = mkdir_in(dir, "ws");
+	char *sib = mkdir_in(dir, "wsx"); /* a sibling sharing the prefix */
+	struct moat_policy p;
+	moat_policy_init(&p);
+	struct moat_err e = {0};
+	cr_assert_eq(moat_policy_set_mode(&p, "read-only", &e), 0);
+	p.workspace = strdup(ws);
+	moat_strv_add(&p.allow_write, dir);
+	cr_assert_eq(moat_policy_finalize(&p, dir, "/nonexistent-home", &e), 0, "%s", e.msg);
+	cr_assert(p.workspace_write);
+	cr_assert_eq(p.allow_write.n, 1);
+	cr_assert_str_eq(p.allow_write.v[0], dir);
+	moat_policy_free(&p);
+
+	moat_policy_init(&p);
+	cr_assert_eq(moat_policy_set_mode(&p, "read-only", &e), 0);
+	p.workspace = strdup(ws);
+	moat_strv_add(&p.allow_write, sib);
+	cr_assert_eq(moat_policy_finalize(&p, dir, "/nonexistent-home", &e), 0, "%s", e.msg);
+	cr_assert_not(p.workspace_write, "/ws treated as inside /wsx");
+	moat_policy_free(&p);
+	free(ws);
+	free(sib);
 	tmp_rm(dir);
 }
 

@@ -157,8 +157,13 @@ void moat_init_main(const struct moat_init_args *a)
 		for (;;) {
 			int status;
 			pid_t r = waitpid(-1, &status, WNOHANG);
-			if (r < 0 && errno == ECHILD)
-				_exit(code); /* nothing left: our exit ends the namespace */
+			if (r < 0 && errno == ECHILD) {
+				/* Nothing is left: tell the host now, so it can clean
+				 * up while the kernel tears the namespaces down. */
+				ssize_t w = write(a->status_fd, &code, sizeof code);
+				(void)w;
+				_exit(code);
+			}
 			if (r <= 0)
 				break;
 			if (r == cmd && !done) {

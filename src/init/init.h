@@ -11,7 +11,8 @@ struct moat_init_args {
 	char *const *argv;
 	char *const *envp;
 	const char *cwd;
-	int err_fd; /* setup/exec errors go here as struct jail_msg; CLOEXEC */
+	int err_fd;    /* setup/exec errors go here as struct jail_msg; CLOEXEC */
+	int status_fd; /* the exit code (an int) once every process is gone */
 };
 
 __attribute__((noreturn)) void moat_init_main(const struct moat_init_args *a);

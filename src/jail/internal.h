@@ -60,7 +60,10 @@ struct jail_ctx {
 	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
 	volatile int *go;     /* shared page: the same news, seen without a wakeup */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
+	int st_rd, st_wr;     /* child -> parent: exit code when all are gone */
 	struct moat_strv protect_roots; /* host paths with placeholders */
+	int *locks;                     /* shared flock on each of them */
+	size_t nlocks;
 	struct moat_strv hidden;
 };
 

@@ -28,7 +28,9 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/mman.h>
+#include <poll.h>
 #include <sys/prctl.h>
+#include <sys/signalfd.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -38,8 +40,7 @@ struct moat_jail {
 	pid_t pid;
 	bool reaped;
 	struct jail_cgroup *cg;
-	int *locks;
-	size_t nlocks;
+	bool released; /* placeholders cleaned up */
 };
 
 int64_t moat_now_ms(void)
@@ -81,6 +82,11 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	struct moat_err e = {0};
 	close(c->sync_wr);
 	close(c->err_rd);
+	close(c->st_rd);
+	/* The root locks are the host's: a copy held open in here would keep
+	 * the host from cleaning up early (flock is per open file). */
+	for (size_t i = 0; i < c->nlocks; i++)
+		close(c->locks[i]);
 	if (c->l->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "PR_SET_PDEATHSIG");
 		jail_child_fail(c->err_wr, &e);
@@ -125,6 +131,7 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 		.envp = c->l->envp,
 		.cwd = c->l->cwd ? c->l->cwd : c->p->workspace,
 		.err_fd = c->err_wr,
+		.status_fd = c->st_wr,
 	};
 	moat_init_main(&ia);
 }
@@ -138,7 +145,8 @@ static void ctx_free(struct jail_ctx *c)
 		munmap((void *)c->go, sizeof *c->go);
 		c->go = NULL;
 	}
-	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr, &c->ws_fd};
+	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
+		      &c->st_rd, &c->st_wr, &c->ws_fd};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -150,14 +158,14 @@ static void ctx_free(struct jail_ctx *c)
  * removes its placeholders (see protect.c). */
 static int lock_roots(struct moat_jail *j, struct moat_err *e)
 {
-	j->locks = calloc(j->c.protect_roots.n + 1, sizeof *j->locks);
-	if (!j->locks)
+	j->c.locks = calloc(j->c.protect_roots.n + 1, sizeof *j->c.locks);
+	if (!j->c.locks)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "locks");
 	for (size_t i = 0; i < j->c.protect_roots.n; i++) {
 		int fd = open(j->c.protect_roots.v[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
 			return moat_err_set(e, MOAT_E_USAGE, errno, "%s", j->c.protect_roots.v[i]);
-		j->locks[j->nlocks++] = fd;
+		j->c.locks[j->c.nlocks++] = fd;
 		if (flock(fd, LOCK_SH) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "lock %s",
 					    j->c.protect_roots.v[i]);
@@ -190,8 +198,9 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	c->p = p;
 	c->l = l;
 	c->ws_fd = c->sync_rd = c->sync_wr = c->err_rd = c->err_wr = -1;
+	c->st_rd = c->st_wr = -1;
 	j->pid = -1;
-	int sp[2] = {-1, -1}, ep[2] = {-1, -1};
+	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
 
 	if (jail_ns_prepare(c, e) < 0 || jail_landlock_prepare(c, e) < 0 ||
 	    jail_seccomp_prepare(c, e) < 0 || jail_mount_prepare(c, e) < 0)
@@ -200,10 +209,19 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 		goto fail;
 	if (lock_roots(j, e) < 0)
 		goto fail;
-	if (pipe2(sp, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0) {
+	if (pipe2(sp, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0 ||
+	    pipe2(stp, O_CLOEXEC) < 0) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "pipe");
+		for (int i = 0; i < 2; i++) {
+			int *fds[] = {&sp[i], &ep[i], &stp[i]};
+			for (int k = 0; k < 3; k++)
+				if (*fds[k] >= 0)
+					close(*fds[k]);
+		}
 		goto fail;
 	}
+	c->st_rd = stp[0];
+	c->st_wr = stp[1];
 	c->go = mmap(NULL, sizeof *c->go, PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (c->go == MAP_FAILED) {
@@ -225,7 +243,8 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 
 	close(c->sync_rd);
 	close(c->err_wr);
-	c->sync_rd = c->err_wr = -1;
+	close(c->st_wr);
+	c->sync_rd = c->err_wr = c->st_wr = -1;
 	if (jail_ns_parent(c, j->pid, e) < 0 || jail_cgroup_parent(j->cg, j->pid, e) < 0)
 		goto fail;
 	__atomic_store_n(c->go, 1, __ATOMIC_RELEASE);
@@ -289,14 +308,48 @@ int moat_jail_kill(struct moat_jail *j)
 	return kill(j->pid, SIGKILL);
 }
 
+static void fill_status(struct moat_jail *j, int status, struct moat_jail_status *st)
+{
+	memset(st, 0, sizeof *st);
+	if (WIFEXITED(status)) {
+		st->exit_code = WEXITSTATUS(status);
+	} else {
+		st->signal = WTERMSIG(status);
+		st->exit_code = 128 + st->signal;
+	}
+	st->oom = jail_cgroup_oom(j->cg);
+}
+
+/* Remove placeholders once no process of ours can use them: called when
+ * pid 1 reported that everything else is gone, or after it was reaped. */
+static void release_roots(struct moat_jail *j)
+{
+	if (j->released)
+		return;
+	j->released = true;
+	for (size_t i = 0; i < j->c.nlocks; i++)
+		close(j->c.locks[i]);
+	j->c.nlocks = 0;
+	for (size_t i = 0; i < j->c.nops; i++) {
+		const struct mop *op = &j->c.ops[i];
+		if (op->kind == MOP_PROTECT)
+			jail_protect_cleanup(op->dst, op->names, &op->extra);
+	}
+}
+
 int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 		   struct moat_jail_status *st, struct moat_err *e)
 {
+	if (j->reaped)
+		return moat_err_set(e, MOAT_E_USAGE, ECHILD, "sandbox already ended");
 	sigset_t set;
 	sigemptyset(&set);
 	sigaddset(&set, SIGCHLD);
 	for (size_t i = 0; forward && forward[i]; i++)
 		sigaddset(&set, forward[i]);
+	_cleanup_close_ int sfd = signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "signalfd");
 	for (;;) {
 		int status;
 		pid_t r = waitpid(j->pid, &status, WNOHANG);
@@ -304,29 +357,42 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "waitpid");
 		if (r == j->pid) {
 			j->reaped = true;
-			memset(st, 0, sizeof *st);
-			if (WIFEXITED(status)) {
-				st->exit_code = WEXITSTATUS(status);
-			} else {
-				st->signal = WTERMSIG(status);
-				st->exit_code = 128 + st->signal;
-			}
-			st->oom = jail_cgroup_oom(j->cg);
+			fill_status(j, status, st);
+			release_roots(j);
 			return 1;
 		}
-		struct timespec ts = {1, 0}, *tsp = NULL;
+		int timeout = -1;
 		if (deadline_ms >= 0) {
 			int64_t left = deadline_ms - moat_now_ms();
 			if (left <= 0)
 				return 0;
-			ts.tv_sec = left / 1000;
-			ts.tv_nsec = (left % 1000) * 1000000;
-			tsp = &ts;
+			timeout = left > 1000000 ? 1000000 : (int)left;
 		}
-		siginfo_t si;
-		int sig = tsp ? sigtimedwait(&set, &si, tsp) : sigwaitinfo(&set, &si);
-		if (sig > 0 && sig != SIGCHLD)
-			kill(j->pid, sig);
+		struct pollfd pfd[2] = {{.fd = sfd, .events = POLLIN},
+					{.fd = j->c.st_rd, .events = POLLIN}};
+		int n = poll(pfd, j->c.st_rd >= 0 ? 2 : 1, timeout);
+		if (n < 0 && errno != EINTR)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "poll");
+		if (n > 0 && (pfd[0].revents & POLLIN)) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) == (ssize_t)sizeof si)
+				if ((int)si.ssi_signo != SIGCHLD)
+					kill(j->pid, (int)si.ssi_signo);
+		}
+		if (n > 0 && j->c.st_rd >= 0 && (pfd[1].revents & (POLLIN | POLLHUP))) {
+			int code;
+			ssize_t got = read(j->c.st_rd, &code, sizeof code);
+			close(j->c.st_rd);
+			j->c.st_rd = -1;
+			if (got == (ssize_t)sizeof code) {
+				/* Everything but pid 1 is gone: clean up while the
+				 * kernel tears the namespaces down, then reap. */
+				release_roots(j);
+				reap(j, &status);
+				fill_status(j, status, st);
+				return 1;
+			}
+		}
 	}
 }
 
@@ -339,14 +405,8 @@ void moat_jail_destroy(struct moat_jail *j)
 		reap(j, NULL);
 	}
 	jail_cgroup_destroy(j->cg);
-	for (size_t i = 0; i < j->nlocks; i++)
-		close(j->locks[i]);
-	free(j->locks);
-	for (size_t i = 0; i < j->c.nops; i++) {
-		const struct mop *op = &j->c.ops[i];
-		if (op->kind == MOP_PROTECT)
-			jail_protect_cleanup(op->dst, op->names, &op->extra);
-	}
+	release_roots(j);
+	free(j->c.locks);
 	ctx_free(&j->c);
 	free(j);
 }

@@ -38,6 +38,7 @@ struct moat_policy {
 	uint64_t timeout_ms; /* 0 = none */
 	bool allow_degraded;
 	struct moat_strv warnings; /* for the front-end to print */
+	struct moat_strv hidden;   /* set by finalize: secrets to mask */
 	bool finalized;
 };
 
@@ -77,8 +78,9 @@ int moat_policy_add_env(struct moat_policy *p, const char *entry,
 			struct moat_err *e);
 
 /* Resolve the workspace and every path (symlinks resolved: a path is
- * confined by what it really is), check they exist and are consistent.
- * After this the engine may use the policy. */
+ * confined by what it really is), check they exist and are consistent,
+ * and list the secrets to hide (moat_policy_hidden_paths for home) unless
+ * the host is writable anyway. After this the engine may use the policy. */
 int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 			 const char *home, struct moat_err *e);
 

@@ -64,7 +64,6 @@ struct jail_ctx {
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
-	struct moat_strv hidden;
 };
 
 /* Message a child sends when setup fails. One write, < PIPE_BUF. */

@@ -181,12 +181,9 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 
 	/* 4. masks: secrets, then the policy's deny-read; only where a host
 	 * bind makes them visible at all */
-	if (p->fs_base != MOAT_FS_HOST_WRITE) {
-		moat_policy_hidden_paths(home, &c->hidden);
-		for (size_t i = 0; i < c->hidden.n; i++)
-			if (visible(c, c->hidden.v[i]))
-				add_op(c, MOP_MASK, NULL, c->hidden.v[i], 0, LL_NONE);
-	}
+	for (size_t i = 0; i < p->hidden.n; i++)
+		if (visible(c, p->hidden.v[i]))
+			add_op(c, MOP_MASK, NULL, p->hidden.v[i], 0, LL_NONE);
 	for (size_t i = 0; i < p->deny_read.n; i++)
 		if (visible(c, p->deny_read.v[i]))
 			add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);

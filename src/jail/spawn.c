@@ -140,7 +140,6 @@ static void ctx_free(struct jail_ctx *c)
 {
 	jail_mount_free(c);
 	moat_strv_free(&c->protect_roots);
-	moat_strv_free(&c->hidden);
 	if (c->go) {
 		munmap((void *)c->go, sizeof *c->go);
 		c->go = NULL;

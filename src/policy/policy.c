@@ -50,6 +50,7 @@ void moat_policy_free(struct moat_policy *p)
 	moat_strv_free(&p->net_deny);
 	moat_strv_free(&p->env);
 	moat_strv_free(&p->warnings);
+	moat_strv_free(&p->hidden);
 	memset(p, 0, sizeof *p);
 }
 
@@ -203,23 +204,19 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 	    resolve_list(&p->deny_write, false, "deny-write", e) < 0)
 		return -1;
 
+	moat_strv_free(&p->hidden);
 	if (p->fs_base != MOAT_FS_HOST_WRITE) {
-		struct moat_strv hidden = {0};
-		moat_policy_hidden_paths(home, &hidden);
-		int bad = 0;
-		if (is_hidden(real, &hidden))
-			bad = moat_err_set(e, MOAT_E_USAGE, 0,
-					   "workspace %s is inside a protected "
-					   "secrets path", real);
-		for (size_t i = 0; !bad && i < p->allow_write.n; i++)
-			if (is_hidden(p->allow_write.v[i], &hidden))
-				bad = moat_err_set(e, MOAT_E_USAGE, 0,
-						   "allow-write %s is inside a "
-						   "protected secrets path",
-						   p->allow_write.v[i]);
-		moat_strv_free(&hidden);
-		if (bad)
-			return -1;
+		moat_policy_hidden_paths(home, &p->hidden);
+		if (is_hidden(real, &p->hidden))
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "workspace %s is inside a protected "
+					    "secrets path", real);
+		for (size_t i = 0; i < p->allow_write.n; i++)
+			if (is_hidden(p->allow_write.v[i], &p->hidden))
+				return moat_err_set(e, MOAT_E_USAGE, 0,
+						    "allow-write %s is inside a "
+						    "protected secrets path",
+						    p->allow_write.v[i]);
 	}
 	/* A workspace inside a writable path is writable (srt lists "." in
 	 * allowWrite); the workspace itself needs no second bind. */

@@ -340,6 +340,7 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 	memset(&tmp.net_deny, 0, sizeof tmp.net_deny);
 	memset(&tmp.env, 0, sizeof tmp.env);
 	memset(&tmp.warnings, 0, sizeof tmp.warnings);
+	memset(&tmp.hidden, 0, sizeof tmp.hidden);
 	tmp.workspace = NULL;
 	struct ctx c = {.file = name, .cwd = cwd, .home = home, .e = e};
 	int r = is_srt ? srt(&c, root, &tmp) : native(&c, root, &tmp);

@@ -4,13 +4,15 @@
  * Policy: default allow; the table in src/jail/seccomp_rules.h -> EPERM;
  * clone with any CLONE_NEW* flag -> EPERM; clone3 -> ENOSYS (its flags are
  * in memory where BPF cannot look; libc then falls back to clone);
- * ioctl TIOCSTI / TIOCLINUX -> EPERM; any non-native ABI (i386 int 0x80,
+ * ioctl TIOCSTI / TIOCLINUX -> EPERM; setuid/setgid modes -> EPERM;
+ * openat2 -> ENOSYS; any non-native ABI (i386 int 0x80,
  * x32) -> EPERM, since a deny list keyed on x86_64 numbers would not
  * cover it. */
 #define _GNU_SOURCE
 #include "../src/jail/seccomp_rules.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <linux/filter.h>
 #include <sched.h>
 #include <seccomp.h>
@@ -57,6 +59,43 @@ int main(void)
 		if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(ioctl), 1,
 					  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffffUL, io[i]))) < 0)
 			return die("ioctl", r);
+	/* No setuid/setgid files: a file the sandbox writes into a workspace
+	 * belongs on the host to the workspace's owner (possibly root), so a
+	 * set-id bit would hand that identity to anyone on the host. chmod
+	 * family by mode argument, creation by mode when O_CREAT/O_TMPFILE. */
+	static const unsigned long setid[] = {S_ISUID, S_ISGID};
+	int fchmodat2 = seccomp_syscall_resolve_name("fchmodat2");
+	if (fchmodat2 == __NR_SCMP_ERROR)
+		fchmodat2 = 452; /* x86_64; newer than this libseccomp */
+	for (size_t i = 0; i < 2; i++) {
+		unsigned long b = setid[i];
+		struct scmp_arg_cmp m1 = SCMP_A1(SCMP_CMP_MASKED_EQ, b, b);
+		struct scmp_arg_cmp m2 = SCMP_A2(SCMP_CMP_MASKED_EQ, b, b);
+		struct scmp_arg_cmp m3 = SCMP_A3(SCMP_CMP_MASKED_EQ, b, b);
+		if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(chmod), 1, m1)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmod), 1, m1)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(fchmodat), 1, m2)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), fchmodat2, 1, m2)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(creat), 1, m1)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknod), 1, m1)) < 0 ||
+		    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(mknodat), 1, m2)) < 0)
+			return die("set-id mode", r);
+		static const unsigned long creating[] = {O_CREAT, __O_TMPFILE};
+		for (size_t k = 0; k < 2; k++) {
+			unsigned long f = creating[k];
+			if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(open), 2,
+						  SCMP_A1(SCMP_CMP_MASKED_EQ, f, f), m2)) < 0 ||
+			    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EPERM), SCMP_SYS(openat), 2,
+						  SCMP_A2(SCMP_CMP_MASKED_EQ, f, f), m3)) < 0)
+				return die("set-id open", r);
+		}
+	}
+	/* openat2 keeps its mode in memory, out of the filter's reach: ENOSYS
+	 * makes callers fall back to openat. */
+	int openat2 = seccomp_syscall_resolve_name("openat2");
+	if (openat2 != __NR_SCMP_ERROR &&
+	    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), openat2, 0)) < 0)
+		return die("openat2", r);
 	int fd = memfd_create("bpf", 0);
 	if (fd < 0 || (r = seccomp_export_bpf(ctx, fd)) < 0)
 		return die("export", fd < 0 ? -errno : r);

@@ -473,12 +473,21 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 	    chdir("/") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pivot_root (setup)");
 
-	_cleanup_close_ int rootfd = open(NEW, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (rootfd < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open new root");
+	_cleanup_close_ int rootfd = -1;
 	for (size_t i = 0; i < c->nops; i++) {
+		/* (Re)open the root after anything mounted on it, so masks and
+		 * protections resolve in the tree the sandbox will see. */
+		if (rootfd < 0) {
+			rootfd = open(NEW, O_PATH | O_DIRECTORY | O_CLOEXEC);
+			if (rootfd < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "open new root");
+		}
 		if (run_op(c, &c->ops[i], rootfd, e) < 0)
 			return -1;
+		if (strcmp(c->ops[i].dst, "/") == 0) {
+			close(rootfd);
+			rootfd = -1;
+		}
 	}
 	if (umount2(OLD, MNT_DETACH) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "detach host root");

@@ -110,10 +110,22 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	}
 	if (go != 1)
 		_exit(125);
-	close(c->sync_rd);
 
 	if (jail_ns_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
+	/* Changing credentials cleared the parent-death signal: set it again,
+	 * then make sure the host did not die in between (it keeps its end
+	 * of the sync pipe open for as long as it owns the sandbox). */
+	if (c->l->die_with_parent) {
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
+			moat_err_set(&e, MOAT_E_SYSTEM, errno, "PR_SET_PDEATHSIG");
+			jail_child_fail(c->err_wr, &e);
+		}
+		struct pollfd pf = {.fd = c->sync_rd, .events = 0};
+		if (poll(&pf, 1, 0) < 0 || (pf.revents & (POLLHUP | POLLERR)))
+			_exit(125);
+	}
+	close(c->sync_rd);
 	if (unshare(CLONE_NEWCGROUP) < 0) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "cgroup namespace");
 		jail_child_fail(c->err_wr, &e);
@@ -251,9 +263,7 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "start sandbox");
 		goto fail;
 	}
-	close(c->sync_wr);
-	c->sync_wr = -1;
-
+	/* sync_wr stays open: its closing tells the child we died. */
 	struct jail_msg m;
 	ssize_t n;
 	while ((n = read(c->err_rd, &m, sizeof m)) < 0 && errno == EINTR)
@@ -387,7 +397,16 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 				/* Everything but pid 1 is gone: clean up while the
 				 * kernel tears the namespaces down, then reap. */
 				release_roots(j);
-				reap(j, &status);
+				/* pid 1 exits right after writing: poll briefly
+				 * rather than sleep, a wakeup costs more. */
+				int64_t until = moat_now_ms() + 3;
+				while (waitpid(j->pid, &status, WNOHANG) == 0 &&
+				       moat_now_ms() < until)
+					__builtin_ia32_pause();
+				if (waitpid(j->pid, &status, WNOHANG) != j->pid)
+					reap(j, &status);
+				else
+					j->reaped = true;
 				fill_status(j, status, st);
 				return 1;
 			}

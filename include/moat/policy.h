@@ -39,6 +39,7 @@ struct moat_policy {
 	bool allow_degraded;
 	struct moat_strv warnings; /* for the front-end to print */
 	struct moat_strv hidden;   /* set by finalize: secrets to mask */
+	struct moat_strv origins;  /* "PATH\x1fWHERE": a path's source, for messages */
 	bool finalized;
 };
 
@@ -72,6 +73,11 @@ int moat_policy_load_srt_string(struct moat_policy *p, const char *json,
 int moat_policy_add_path(struct moat_strv *list, const char *path,
 			 const char *cwd, const char *home, const char *what,
 			 struct moat_err *e);
+
+/* Remember where a path came from ("--allow-read", "p.json:
+ * filesystem.allow_read[2]") so that finalize's errors can name it. */
+void moat_policy_note_origin(struct moat_policy *p, const char *path,
+			     const char *where);
 
 /* Validate an --env / env entry ("NAME" or "NAME=VALUE"). */
 int moat_policy_add_env(struct moat_policy *p, const char *entry,

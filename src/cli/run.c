@@ -92,6 +92,15 @@ static char *find_home(void)
 	return real ? real : strdup(h);
 }
 
+static int add_path(struct moat_policy *p, struct moat_strv *list, const char *arg,
+		    const char *cwd, const char *home, const char *what, struct moat_err *e)
+{
+	if (moat_policy_add_path(list, arg, cwd, home, what, e) < 0)
+		return -1;
+	moat_policy_note_origin(p, list->v[list->n - 1], what);
+	return 0;
+}
+
 static int apply_flag(struct moat_policy *p, const struct flag *f, const char *cwd,
 		      const char *home, struct moat_err *e)
 {
@@ -109,13 +118,13 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 		r = p->workspace ? 0 : -1;
 		break;
 	case OPT_ALLOW_READ:
-		return moat_policy_add_path(&p->allow_read, f->arg, cwd, home, what, e);
+		return add_path(p, &p->allow_read, f->arg, cwd, home, what, e);
 	case OPT_DENY_READ:
-		return moat_policy_add_path(&p->deny_read, f->arg, cwd, home, what, e);
+		return add_path(p, &p->deny_read, f->arg, cwd, home, what, e);
 	case OPT_ALLOW_WRITE:
-		return moat_policy_add_path(&p->allow_write, f->arg, cwd, home, what, e);
+		return add_path(p, &p->allow_write, f->arg, cwd, home, what, e);
 	case OPT_DENY_WRITE:
-		return moat_policy_add_path(&p->deny_write, f->arg, cwd, home, what, e);
+		return add_path(p, &p->deny_write, f->arg, cwd, home, what, e);
 	case OPT_ENV:
 		r = moat_policy_add_env(p, f->arg, e);
 		break;
@@ -187,6 +196,9 @@ int moat_cmd_run(int argc, char **argv)
 			srt = optarg;
 			break;
 		default:
+			/* "--memory -- cmd" would take "--" as the size */
+			if (optarg && strcmp(optarg, "--") == 0)
+				return moat_cli_fail("option '%s' needs a value", argv[optind - 2]);
 			flags[nflags++] = (struct flag){c, optarg};
 		}
 	}

@@ -98,6 +98,9 @@ void jail_mount_free(struct jail_ctx *c);
  * itself read-only. */
 int jail_mount_onto(const char *src, int fd, const char *what, struct moat_err *e);
 int jail_mount_ro_self(int fd, const char *what, struct moat_err *e);
+/* Bind a directory onto itself, writable: a mount point cannot be renamed
+ * or removed, so what is protected below it stays where it is. */
+int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,

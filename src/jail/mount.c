@@ -194,11 +194,20 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			continue;
 		struct mop *op = add_op(c, MOP_PROTECT, NULL, b[i].path, 0, LL_NONE);
 		op->names = p->fs_base == MOAT_FS_HOST_WRITE ? NULL : moat_mandatory_deny;
+		size_t rl = strcmp(b[i].path, "/") ? strlen(b[i].path) + 1 : 1;
 		for (size_t j = 0; j < p->deny_write.n; j++) {
 			const char *d = p->deny_write.v[j];
 			if (moat_path_within(d, b[i].path) && strcmp(d, b[i].path) != 0)
-				moat_strv_add(&op->extra, d + strlen(b[i].path) +
-							 (strcmp(b[i].path, "/") ? 1 : 0));
+				moat_strv_add(&op->extra, d + rl);
+		}
+		/* A secret that does not exist yet must not be planted either
+		 * (~/.ssh/authorized_keys when the home is writable). */
+		for (size_t j = 0; j < p->hidden.n; j++) {
+			const char *h = p->hidden.v[j];
+			struct stat st;
+			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0 &&
+			    lstat(h, &st) < 0 && errno == ENOENT)
+				moat_strv_add(&op->extra, h + rl);
 		}
 		moat_strv_add(&c->protect_roots, b[i].path);
 	}
@@ -275,6 +284,17 @@ int jail_mount_ro_self(int fd, const char *what, struct moat_err *e)
 		return -1;
 	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "read-only bind %s", what);
+	return 0;
+}
+
+int jail_mount_pin(int fd, const char *what, struct moat_err *e)
+{
+	_cleanup_close_ int t = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
+					   AT_EMPTY_PATH | AT_RECURSIVE);
+	if (t < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", what);
+	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pin %s", what);
 	return 0;
 }
 

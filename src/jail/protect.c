@@ -1,15 +1,23 @@
 /* Mandatory write-deny inside writable roots (.bashrc, .git/hooks, ...).
  *
- * For each protected relative name we walk its components without
- * following symlinks (O_PATH|O_NOFOLLOW, one component at a time):
- *  - the whole path exists: bind it read-only onto itself;
- *  - a component is a symlink: mount an empty read-only file over the link
- *    itself, so it can neither be followed nor replaced;
- *  - a component is missing: create an empty mode-000 placeholder there and
- *    mount an empty read-only object over it. A name that is a mount point
- *    cannot be created, renamed or unlinked inside the sandbox, so a file
- *    created later can never appear. The host removes placeholders after
- *    the last sandbox using the root ends (jail_protect_cleanup).
+ * Targets are the protected names at the top of the root (whether they
+ * exist or not), the policy's deny-write paths and missing secrets paths
+ * inside the root, and protected names that already exist deeper down
+ * (a bounded scan). Two phases, both walking one component at a time
+ * without following symlinks (O_PATH|O_NOFOLLOW):
+ *
+ *  1. pin: every existing real directory on the way to a target (.git,
+ *     .claude, sub/) is bound onto itself, read-write. A mount point cannot
+ *     be renamed or removed, so `mv .git x && mkdir -p .git/hooks` cannot
+ *     move the protection out of the way.
+ *  2. protect: the target exists -> bind it read-only onto itself; a
+ *     component is a symlink -> mount an empty read-only file over the link
+ *     itself (neither followed nor replaceable); a component is missing (or
+ *     is another sandbox's placeholder) -> create an empty mode-000
+ *     placeholder and mount an empty read-only object over it, so the name
+ *     can never be created inside. The host removes placeholders after the
+ *     last sandbox using the root ends (jail_protect_cleanup).
+ *
  * If the sandbox user could not create the placeholder either (read-only or
  * foreign directory), there is nothing to protect. */
 #define _GNU_SOURCE
@@ -20,208 +28,278 @@
 
 #include <dirent.h>
 #include <errno.h>
-#include <limits.h>
 #include <fcntl.h>
+#include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
-#include <stdbool.h>
 #include <unistd.h>
+
+/* Existing names deeper in the tree are found by a bounded scan: depth and
+ * entry count are capped so a huge tree cannot stall the start. */
+#define SCAN_DEPTH 3
+#define SCAN_BUDGET 20000
+
+struct target {
+	char *rel;   /* relative to the root; trailing '/' = a directory */
+	bool create; /* may create a placeholder (top of the root only) */
+};
+
+struct targets {
+	struct target *v;
+	size_t n;
+};
+
+static void add_target(struct targets *t, const char *rel, bool create)
+{
+	struct target *nv = realloc(t->v, (t->n + 1) * sizeof *nv);
+	if (!nv) {
+		fputs("moat: out of memory\n", stderr);
+		_exit(125);
+	}
+	t->v = nv;
+	t->v[t->n].rel = moat_strdupf("%s", rel);
+	t->v[t->n].create = create;
+	t->n++;
+}
+
+static void free_targets(struct targets *t)
+{
+	for (size_t i = 0; i < t->n; i++)
+		free(t->v[i].rel);
+	free(t->v);
+}
 
 static bool harmless(int err)
 {
 	return err == EACCES || err == EPERM || err == EROFS;
 }
 
-static int protect_one(int rootfd, const char *root, const char *rel, bool create,
-		       struct moat_err *e)
+/* What protect_one creates, and what another sandbox may have left. */
+static bool is_placeholder(const struct stat *st)
 {
-	char buf[PATH_MAX];
+	if ((st->st_mode & 07777) != 0)
+		return false;
+	if (S_ISREG(st->st_mode))
+		return st->st_size == 0;
+	return S_ISDIR(st->st_mode);
+}
+
+/* Split rel into components in buf; returns the count. */
+static size_t split(const char *rel, char *buf, size_t cap, char **comp, size_t maxc,
+		    bool *leaf_dir)
+{
 	size_t len = strlen(rel);
-	if (len == 0 || len >= sizeof buf)
+	if (len == 0 || len >= cap)
 		return 0;
 	memcpy(buf, rel, len + 1);
-	bool leaf_dir = buf[len - 1] == '/';
-	while (len && buf[len - 1] == '/')
-		buf[--len] = '\0';
+	*leaf_dir = buf[len - 1] == '/';
+	size_t n = 0;
+	char *save = NULL;
+	for (char *c = strtok_r(buf, "/", &save); c && n < maxc; c = strtok_r(NULL, "/", &save))
+		comp[n++] = c;
+	return n;
+}
 
+/* Phase 1: pin the existing real directories leading to a target. */
+static int pin_path(int rootfd, const char *root, const char *rel,
+		    struct moat_strv *pinned, struct moat_err *e)
+{
+	char buf[PATH_MAX], *comp[64];
+	bool leaf_dir;
+	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
 	_cleanup_close_ int cur = dup(rootfd);
 	if (cur < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "dup");
-	char *save = NULL;
-	char *comp = strtok_r(buf, "/", &save);
-	while (comp) {
-		char *next = strtok_r(NULL, "/", &save);
-		bool last = next == NULL;
-		char what[PATH_MAX];
-		snprintf(what, sizeof what, "%s/%s", root, rel);
-		_cleanup_close_ int fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (fd < 0 && errno == ENOENT && !create)
+	char sofar[PATH_MAX] = "";
+	for (size_t i = 0; i + 1 < n; i++) {
+		size_t l = strlen(sofar);
+		snprintf(sofar + l, sizeof sofar - l, "%s%s", l ? "/" : "", comp[i]);
+		_cleanup_close_ int fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			return 0; /* missing: phase 2 masks it */
+		struct stat st;
+		if (fstat(fd, &st) < 0 || !S_ISDIR(st.st_mode) || is_placeholder(&st))
 			return 0;
-		if (fd < 0 && errno == ENOENT) {
-			bool dir = !last || leaf_dir;
+		if (!moat_strv_contains(pinned, sofar)) {
+			char what[PATH_MAX];
+			snprintf(what, sizeof what, "%s/%s", root, sofar);
+			if (jail_mount_pin(fd, what, e) < 0)
+				return -1;
+			moat_strv_add(pinned, sofar);
+			close(fd);
+			/* continue below the new mount, not the covered one */
+			fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "reopen %s", what);
+		}
+		close(cur);
+		cur = steal_fd(&fd);
+	}
+	return 0;
+}
+
+/* Phase 2: make one target read-only (see the top of this file). */
+static int protect_one(int rootfd, const char *root, const char *rel, bool create,
+		       struct moat_err *e)
+{
+	char buf[PATH_MAX], *comp[64];
+	bool leaf_dir;
+	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
+	char what[PATH_MAX];
+	snprintf(what, sizeof what, "%s/%s", root, rel);
+	_cleanup_close_ int cur = dup(rootfd);
+	if (cur < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "dup");
+	for (size_t i = 0; i < n; i++) {
+		bool last = i + 1 == n;
+		struct stat st;
+		_cleanup_close_ int fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0 && errno != ENOENT) {
+			if (errno == ENOTDIR || harmless(errno))
+				return 0;
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
+		}
+		if (fd < 0 && !create)
+			return 0;
+		if (fd < 0) {
 			int r;
-			if (dir) {
-				r = mkdirat(cur, comp, 0);
+			if (!last || leaf_dir) {
+				r = mkdirat(cur, comp[i], 0);
 			} else {
-				r = openat(cur, comp, O_CREAT | O_EXCL | O_WRONLY |
-						      O_NOFOLLOW | O_CLOEXEC, 0);
+				r = openat(cur, comp[i], O_CREAT | O_EXCL | O_WRONLY |
+							 O_NOFOLLOW | O_CLOEXEC, 0);
 				if (r >= 0)
 					close(r);
 			}
 			if (r < 0 && harmless(errno))
 				return 0;
 			if (r < 0 && errno != EEXIST)
-				return moat_err_set(e, MOAT_E_SYSTEM, errno,
-						    "protect %s", what);
-			fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
+			fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_CLOEXEC);
 			if (fd < 0)
-				return moat_err_set(e, MOAT_E_SYSTEM, errno,
-						    "protect %s", what);
-			struct stat st;
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
 			if (fstat(fd, &st) < 0)
 				return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", what);
 			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR
-								   : JAIL_EMPTY_FILE,
-					       fd, what, e);
+								   : JAIL_EMPTY_FILE, fd, what, e);
 		}
-		if (fd < 0) {
-			if (errno == ENOTDIR || harmless(errno))
-				return 0;
-			return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
-		}
-		struct stat st;
 		if (fstat(fd, &st) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", what);
 		if (S_ISLNK(st.st_mode))
 			return jail_mount_onto(JAIL_EMPTY_FILE, fd, what, e);
+		if (is_placeholder(&st)) /* another sandbox's: mask it like ours */
+			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR
+								   : JAIL_EMPTY_FILE, fd, what, e);
 		if (last || !S_ISDIR(st.st_mode))
 			return jail_mount_ro_self(fd, what, e);
 		close(cur);
 		cur = steal_fd(&fd);
-		comp = next;
 	}
 	return 0;
 }
-
-/* Existing protected names below the top of a root (nested repositories,
- * sub-projects) are protected too, found by a bounded scan: depth and
- * entry count are capped so a huge tree cannot stall the start. */
-#define SCAN_DEPTH 3
-#define SCAN_BUDGET 20000
 
 static bool skip_dir(const char *name)
 {
 	return strcmp(name, "node_modules") == 0 || strcmp(name, ".git") == 0;
 }
 
-static int scan(int dirfd, const char *path, const char *const *names, int depth,
-		size_t *budget, struct moat_err *e)
+/* Collect protected names that exist below the top of the root. */
+static void scan(int dirfd, const char *rel, const char *const *names, int depth,
+		 size_t *budget, struct targets *out)
 {
 	int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
-		return 0;
+		return;
 	DIR *d = fdopendir(fd);
 	if (!d) {
 		close(fd);
-		return 0;
+		return;
 	}
-	int r = 0;
 	struct dirent *de;
-	while (r == 0 && *budget > 0 && (de = readdir(d))) {
+	while (*budget > 0 && (de = readdir(d))) {
 		(*budget)--;
-		const char *n = de->d_name;
-		if (strcmp(n, ".") == 0 || strcmp(n, "..") == 0)
+		const char *nm = de->d_name;
+		if (strcmp(nm, ".") == 0 || strcmp(nm, "..") == 0)
 			continue;
+		char sub[PATH_MAX];
+		snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", nm);
 		if (depth > 0) {
-			size_t nl = strlen(n);
-			for (size_t i = 0; names[i] && r == 0; i++)
-				if (strncmp(names[i], n, nl) == 0 &&
-				    (names[i][nl] == '\0' || names[i][nl] == '/'))
-					r = protect_one(dirfd, path, names[i], false, e);
+			size_t nl = strlen(nm);
+			for (size_t i = 0; names[i]; i++)
+				if (strncmp(names[i], nm, nl) == 0 &&
+				    (names[i][nl] == '\0' || names[i][nl] == '/')) {
+					char t[PATH_MAX];
+					snprintf(t, sizeof t, "%s/%s", rel, names[i]);
+					add_target(out, t, false);
+				}
 		}
-		if (r == 0 && depth < SCAN_DEPTH && !skip_dir(n)) {
-			bool isdir = de->d_type == DT_DIR;
-			if (de->d_type == DT_UNKNOWN) {
-				struct stat st;
-				isdir = fstatat(dirfd, n, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-					S_ISDIR(st.st_mode);
-			}
-			if (!isdir)
-				continue;
-			int sub = openat(dirfd, n, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub < 0)
-				continue;
-			char p[PATH_MAX];
-			snprintf(p, sizeof p, "%s/%s", path, n);
-			r = scan(sub, p, names, depth + 1, budget, e);
-			close(sub);
+		if (depth >= SCAN_DEPTH || skip_dir(nm))
+			continue;
+		bool isdir = de->d_type == DT_DIR;
+		if (de->d_type == DT_UNKNOWN) {
+			struct stat st;
+			isdir = fstatat(dirfd, nm, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+				S_ISDIR(st.st_mode);
 		}
+		if (!isdir)
+			continue;
+		int s = openat(dirfd, nm, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (s < 0)
+			continue;
+		scan(s, sub, names, depth + 1, budget, out);
+		close(s);
 	}
 	closedir(d);
-	return r;
 }
 
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, struct moat_err *e)
 {
+	struct targets t = {0};
 	for (size_t i = 0; names && names[i]; i++)
-		if (protect_one(rootfd, root, names[i], true, e) < 0)
-			return -1;
+		add_target(&t, names[i], true);
 	for (size_t i = 0; extra && i < extra->n; i++)
-		if (protect_one(rootfd, root, extra->v[i], true, e) < 0)
-			return -1;
+		add_target(&t, extra->v[i], true);
 	size_t budget = SCAN_BUDGET;
-	if (names && scan(rootfd, root, names, 0, &budget, e) < 0)
-		return -1;
-	return 0;
-}
-
-/* A placeholder is what protect_one creates: mode 000, empty. */
-static bool is_placeholder(int dirfd, const char *name, const struct stat *st)
-{
-	if ((st->st_mode & 07777) != 0)
-		return false;
-	if (S_ISREG(st->st_mode))
-		return st->st_size == 0;
-	if (!S_ISDIR(st->st_mode))
-		return false;
-	/* an empty directory: rmdir below fails with ENOTEMPTY otherwise */
-	(void)dirfd;
-	(void)name;
-	return true;
+	if (names)
+		scan(rootfd, "", names, 0, &budget, &t);
+	struct moat_strv pinned = {0};
+	int r = 0;
+	for (size_t i = 0; r == 0 && i < t.n; i++)
+		r = pin_path(rootfd, root, t.v[i].rel, &pinned, e);
+	for (size_t i = 0; r == 0 && i < t.n; i++)
+		r = protect_one(rootfd, root, t.v[i].rel, t.v[i].create, e);
+	moat_strv_free(&pinned);
+	free_targets(&t);
+	return r;
 }
 
 static void cleanup_one(int rootfd, const char *rel)
 {
-	char buf[PATH_MAX];
-	size_t len = strlen(rel);
-	if (len == 0 || len >= sizeof buf)
-		return;
-	memcpy(buf, rel, len + 1);
+	char buf[PATH_MAX], *comp[64];
+	bool leaf_dir;
+	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
 	int cur = dup(rootfd);
-	if (cur < 0)
-		return;
-	char *save = NULL;
-	for (char *comp = strtok_r(buf, "/", &save); comp;
-	     comp = strtok_r(NULL, "/", &save)) {
+	for (size_t i = 0; cur >= 0 && i < n; i++) {
 		struct stat st;
-		if (fstatat(cur, comp, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		if (fstatat(cur, comp[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
 			break;
-		if (is_placeholder(cur, comp, &st)) {
-			unlinkat(cur, comp, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+		if (is_placeholder(&st)) {
+			/* rmdir fails on a non-empty directory: not ours */
+			unlinkat(cur, comp[i], S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 			break;
 		}
 		if (!S_ISDIR(st.st_mode))
 			break;
-		int next = openat(cur, comp, O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+		int next = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 		close(cur);
 		cur = next;
-		if (cur < 0)
-			return;
 	}
-	close(cur);
+	if (cur >= 0)
+		close(cur);
 }
 
 void jail_protect_cleanup(const char *root, const char *const *names,

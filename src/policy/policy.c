@@ -51,6 +51,7 @@ void moat_policy_free(struct moat_policy *p)
 	moat_strv_free(&p->env);
 	moat_strv_free(&p->warnings);
 	moat_strv_free(&p->hidden);
+	moat_strv_free(&p->origins);
 	memset(p, 0, sizeof *p);
 }
 
@@ -90,6 +91,22 @@ int moat_policy_add_path(struct moat_strv *list, const char *path,
 	}
 	moat_strv_take(list, abs);
 	return 0;
+}
+
+void moat_policy_note_origin(struct moat_policy *p, const char *path,
+			     const char *where)
+{
+	moat_strv_take(&p->origins, moat_strdupf("%s\x1f%s", path, where));
+}
+
+static const char *origin_of(const struct moat_policy *p, const char *path,
+			     const char *fallback)
+{
+	size_t n = strlen(path);
+	for (size_t i = p->origins.n; i-- > 0;)
+		if (strncmp(p->origins.v[i], path, n) == 0 && p->origins.v[i][n] == '\x1f')
+			return p->origins.v[i] + n + 1;
+	return fallback;
 }
 
 static bool env_name_ok(const char *s, size_t n)
@@ -151,15 +168,16 @@ static char *resolve_partial(const char *path)
 /* Resolve symlinks of every path in a list. Paths that must exist (allow
  * lists) fail when missing; deny lists keep a missing path (resolved as far
  * as it exists) so that it stays protected if it is created later. */
-static int resolve_list(struct moat_strv *list, bool must_exist,
-			const char *what, struct moat_err *e)
+static int resolve_list(const struct moat_policy *p, struct moat_strv *list,
+			bool must_exist, const char *what, struct moat_err *e)
 {
 	for (size_t i = 0; i < list->n; i++) {
 		char *real = realpath(list->v[i], NULL);
 		if (!real) {
 			if (must_exist || errno != ENOENT)
-				return moat_err_set(e, MOAT_E_USAGE, errno, "%s %s",
-						    what, list->v[i]);
+				return moat_err_set(e, MOAT_E_USAGE, errno, "%s: %s",
+						    origin_of(p, list->v[i], what),
+						    list->v[i]);
 			real = resolve_partial(list->v[i]);
 			if (!real)
 				continue;
@@ -198,10 +216,10 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 				    "workspace /: refusing to make the whole "
 				    "filesystem writable (use --mode danger-full-access)");
 
-	if (resolve_list(&p->allow_read, true, "allow-read", e) < 0 ||
-	    resolve_list(&p->allow_write, true, "allow-write", e) < 0 ||
-	    resolve_list(&p->deny_read, false, "deny-read", e) < 0 ||
-	    resolve_list(&p->deny_write, false, "deny-write", e) < 0)
+	if (resolve_list(p, &p->allow_read, true, "allow-read", e) < 0 ||
+	    resolve_list(p, &p->allow_write, true, "allow-write", e) < 0 ||
+	    resolve_list(p, &p->deny_read, false, "deny-read", e) < 0 ||
+	    resolve_list(p, &p->deny_write, false, "deny-write", e) < 0)
 		return -1;
 
 	moat_strv_free(&p->hidden);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 struct ctx {
+	struct moat_policy *p;
 	const char *file;
 	const char *cwd;
 	const char *home;
@@ -84,6 +85,7 @@ static int get_paths(struct ctx *c, json_t *parent, const char *key,
 		if (moat_policy_add_path(list, json_string_value(v), c->cwd,
 					 c->home, what, c->e) < 0)
 			return -1;
+		moat_policy_note_origin(c->p, list->v[list->n - 1], what);
 	}
 	return 0;
 }
@@ -341,8 +343,9 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 	memset(&tmp.env, 0, sizeof tmp.env);
 	memset(&tmp.warnings, 0, sizeof tmp.warnings);
 	memset(&tmp.hidden, 0, sizeof tmp.hidden);
+	memset(&tmp.origins, 0, sizeof tmp.origins);
 	tmp.workspace = NULL;
-	struct ctx c = {.file = name, .cwd = cwd, .home = home, .e = e};
+	struct ctx c = {.p = &tmp, .file = name, .cwd = cwd, .home = home, .e = e};
 	int r = is_srt ? srt(&c, root, &tmp) : native(&c, root, &tmp);
 	if (r == 0) {
 		if (tmp.workspace) {
@@ -358,6 +361,8 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 		for (size_t i = 0; i < tmp.env.n; i++)
 			moat_strv_add(&p->env, tmp.env.v[i]);
 		merge_list(&p->warnings, &tmp.warnings);
+		for (size_t i = 0; i < tmp.origins.n; i++)
+			moat_strv_add(&p->origins, tmp.origins.v[i]);
 		p->workspace_write = tmp.workspace_write;
 		p->fs_base = tmp.fs_base;
 		p->net = tmp.net;
@@ -376,6 +381,7 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 	moat_strv_free(&tmp.net_deny);
 	moat_strv_free(&tmp.env);
 	moat_strv_free(&tmp.warnings);
+	moat_strv_free(&tmp.origins);
 	return r;
 }
 

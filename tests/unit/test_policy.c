@@ -94,11 +94,12 @@ static void policy_copy(struct moat_policy *dst, const struct moat_policy *src)
 	dst->workspace = src->workspace ? strdup(src->workspace) : NULL;
 	struct moat_strv *d[] = {&dst->allow_read, &dst->deny_read, &dst->allow_write,
 				 &dst->deny_write, &dst->net_allow, &dst->net_deny,
-				 &dst->env, &dst->warnings};
+				 &dst->env, &dst->warnings, &dst->hidden, &dst->origins};
 	const struct moat_strv *s[] = {&src->allow_read, &src->deny_read,
 				       &src->allow_write, &src->deny_write,
 				       &src->net_allow, &src->net_deny,
-				       &src->env, &src->warnings};
+				       &src->env, &src->warnings, &src->hidden,
+				       &src->origins};
 	for (size_t i = 0; i < sizeof d / sizeof *d; i++) {
 		memset(d[i], 0, sizeof *d[i]);
 		strv_copy(d[i], s[i]);

@@ -400,13 +400,14 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 				/* pid 1 exits right after writing: poll briefly
 				 * rather than sleep, a wakeup costs more. */
 				int64_t until = moat_now_ms() + 3;
-				while (waitpid(j->pid, &status, WNOHANG) == 0 &&
+				pid_t w;
+				while ((w = waitpid(j->pid, &status, WNOHANG)) == 0 &&
 				       moat_now_ms() < until)
 					__builtin_ia32_pause();
-				if (waitpid(j->pid, &status, WNOHANG) != j->pid)
-					reap(j, &status);
-				else
+				if (w == j->pid)
 					j->reaped = true;
+				else
+					reap(j, &status);
 				fill_status(j, status, st);
 				return 1;
 			}

@@ -32,11 +32,6 @@ DEFAULT_TIMEOUT = 30
 PY = "/usr/bin/python3"
 SH = "/bin/sh"
 
-BUG_HOST_READ = ("moat bug: in host-read modes (--mode read-only/workspace-write, "
-                 "--srt-settings) masks and write protection are applied to the "
-                 "setup tmpfs hidden under the '/' bind (rootfd is opened before "
-                 "'/' is bound over it), so secrets and --deny-read paths stay visible")
-
 # The names moat write-protects inside every writable root (see policy.c).
 MANDATORY_DENY = [
     ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",

@@ -24,30 +24,13 @@ import time
 
 import pytest
 
-from conftest import (BUG_HOST_READ, HIDDEN_IN_HOME, IS_ROOT, MANDATORY_DENY, MOAT, PY,
+from conftest import (HIDDEN_IN_HOME, IS_ROOT, MANDATORY_DENY, MOAT, PY,
                       alive, diff_snap, force_rmtree, host_lexists, moat_cgroup_dirs,
                       moat_env, pids_with, proc_status, real_home, run_in_pty, Runner,
                       sha, sleep_marker, sleep_started, snapshot, uid_tag, wait_until)
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="only meaningful when moat runs as root")
 needs_user = pytest.mark.skipif(IS_ROOT, reason="only meaningful for an unprivileged caller")
-
-BUG_RENAME = ("moat bug: mandatory write-deny protects .git/hooks, .git/config, "
-              ".claude/commands, .claude/agents by mounting over the leaf only; the "
-              "sandbox renames the unprotected parent (.git, .claude) away and "
-              "recreates the protected path")
-BUG_SUID = ("moat bug: run as root, files the sandbox creates in a root-owned "
-            "workspace belong to root on the host (id-mapped mount) and may carry "
-            "setuid/setgid bits: the sandbox can plant a setuid-root binary that any "
-            "host user can run")
-BUG_PDEATH = ("moat bug: run as root, PR_SET_PDEATHSIG is set before setresuid(), "
-              "which clears it; if moat is SIGKILLed the sandbox keeps running")
-BUG_HIDDEN_MISSING = ("moat bug: always-hidden secret paths are only masked when they "
-                      "already exist; in a writable home the sandbox can create "
-                      "~/.ssh/authorized_keys (or ~/.aws/credentials) on the host")
-BUG_CONCURRENT = ("moat bug: a second sandbox on the same workspace finds the first "
-                  "one's .git/.claude placeholder directories unmasked, chmods and "
-                  "renames them, and recreates .git/hooks on the host")
 
 
 def out_of(r):
@@ -105,7 +88,7 @@ def test_hidden_secret_in_caller_home_with_home_allowed(run, fake_home, name):
 
 @pytest.mark.parametrize("mode", [
     "default",
-    pytest.param("read-only", marks=pytest.mark.xfail(strict=True, reason=BUG_HOST_READ)),
+    "read-only",
 ])
 def test_other_users_home_secret(run, mode):
     """/home/*/.aws is hidden for every user, e.g. the test user's."""
@@ -129,8 +112,9 @@ def test_other_users_home_secret(run, mode):
         r = run.sh(f'cat "{f}"; cat {aws}/*; stat -c "%s %a" {aws}; echo DONE', *opts)
         assert "DONE" in r.stdout, r.stderr
         assert tok not in out_of(r)
-        # the mask itself: an empty mode-000 directory
-        assert "0 0\n" in r.stdout
+        # the mask itself (an empty mode-000 directory), or not there at
+        # all when the caller's own home is replaced by the private one
+        assert "0 0\n" in r.stdout or "No such file" in r.stderr, r.stderr
     finally:
         os.unlink(f)
         if created:
@@ -139,7 +123,7 @@ def test_other_users_home_secret(run, mode):
 
 @pytest.mark.parametrize("mode", [
     "default", "allow-read-etc",
-    pytest.param("read-only", marks=pytest.mark.xfail(strict=True, reason=BUG_HOST_READ)),
+    "read-only",
 ])
 def test_etc_shadow_masked(run, mode):
     opts = {"default": [], "allow-read-etc": ["--allow-read", "/etc"],
@@ -367,7 +351,6 @@ def test_mandatory_deny_in_extra_writable_dir(run, ws, outside, name):
     assert after == before, diff_snap(before, after)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_RENAME)
 @pytest.mark.parametrize("name,parent,setup", [
     (".git/hooks/pre-commit", ".git", ".git/config"),
     (".git/config", ".git", ".git/config"),
@@ -1248,11 +1231,18 @@ def test_capabilities_inside(run, is_root):
 
 
 def test_setuid_copy_in_workspace(run, ws):
-    r = run.sh('cp /usr/bin/id ./sid && chmod u+s ./sid && echo "E=$(./sid -u) U=$(id -u)"')
-    assert r.returncode == 0, r.stderr
+    """Set-id bits are refused (seccomp): a file the sandbox writes belongs to
+    the workspace owner on the host, so a set-id bit would hand that identity
+    to any host user. The copy runs, as the sandbox's own unprivileged uid."""
+    r = run.sh('cp /usr/bin/id ./sid; chmod u+s ./sid; echo chmod=$?; '
+               'chmod g+s ./sid; echo chmodg=$?; echo "E=$(./sid -u) U=$(id -u)"')
+    assert "chmod=1" in r.stdout and "chmodg=1" in r.stdout, (r.stdout, r.stderr)
+    assert "Operation not permitted" in r.stderr
     e = r.stdout.split("E=")[1].split()[0]
     u = r.stdout.split("U=")[1].split()[0]
     assert e == u != "0"
+    st = os.stat(ws / "sid")  # on the host
+    assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), oct(st.st_mode)
 
 
 @needs_root
@@ -1269,7 +1259,6 @@ def test_host_planted_setuid_root_binary_ignored(run, ws):
     assert "SU=0" not in r.stdout
 
 
-@pytest.mark.xfail(IS_ROOT, strict=True, reason=BUG_SUID)
 def test_sandbox_cannot_plant_setuid_for_host(run, ws):
     r = run.sh('cp /usr/bin/id ./planted && chmod 6755 ./planted; ls -ln planted; echo DONE')
     assert "DONE" in r.stdout, r.stderr
@@ -1299,7 +1288,6 @@ def test_existing_secret_dir_in_writable_home(run, fake_home):
     assert after == before, diff_snap(before, after)
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HIDDEN_MISSING)
 def test_missing_secret_dir_in_writable_home(run, base):
     home = base / "home2"
     home.mkdir()
@@ -1399,7 +1387,6 @@ def test_orphans_do_not_outlive_command(run, ws, reap_marker, how):
     assert wait_until(lambda: not pids_with(m), timeout=2), pids_with(m)
 
 
-@pytest.mark.xfail(IS_ROOT, strict=True, reason=BUG_PDEATH)
 def test_sandbox_dies_with_moat(run, ws, reap_marker):
     m = sleep_marker()
     reap_marker.append(m)
@@ -1414,7 +1401,6 @@ def test_sandbox_dies_with_moat(run, ws, reap_marker):
 # Concurrency
 # ============================================================================
 
-@pytest.mark.xfail(strict=True, reason=BUG_CONCURRENT)
 def test_concurrent_sandbox_renames_placeholder(run, ws, reap_marker):
     m = sleep_marker()
     reap_marker.append(m)

@@ -7,19 +7,12 @@ import time
 
 import pytest
 
-from conftest import (BUG_HOST_READ, IS_ROOT, MOAT, PY, diff_snap, host_lexists,
+from conftest import (IS_ROOT, MOAT, PY, diff_snap, host_lexists,
                       moat_cgroup_dirs, moat_env, real_home, run_in_pty,
                       sleep_marker, sleep_started, snapshot, uid_tag, wait_until)
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="only meaningful when moat runs as root")
 needs_user = pytest.mark.skipif(IS_ROOT, reason="only meaningful for an unprivileged caller")
-
-BUG_CONCURRENT_LEFTOVER = (
-    "moat bug: a sandbox started while another runs on the same workspace "
-    "creates its .git/hooks, .git/config, .claude/commands, .claude/agents "
-    "placeholders inside the first one's mode-000 .git/.claude placeholder "
-    "directories; cleanup only rmdirs the (now non-empty) top one, so they "
-    "stay on the host for good")
 
 
 # ---- the workspace ------------------------------------------------------------
@@ -224,8 +217,6 @@ def test_mode_read_only(run, ws):
     assert snapshot(ws) == before
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HOST_READ + " (workspace-write fails with "
-                   "'filesystem: open <workspace>: No such file or directory')")
 def test_mode_workspace_write(run, ws):
     name = f"moat-e2e-ww-{uid_tag()}"
     r = run.sh(f'echo yes > ok.txt; echo evil > .bashrc; echo evil > /var/tmp/{name}; '
@@ -238,8 +229,6 @@ def test_mode_workspace_write(run, ws):
     assert sorted(os.listdir(ws)) == ["ok.txt"]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HOST_READ + " (danger-full-access fails the "
-                   "same way: the workspace bind is looked up in the hidden tmpfs)")
 def test_mode_danger_full_access(run, ws):
     r = run.sh('echo yes > ok.txt', "--mode", "danger-full-access")
     assert r.returncode == 0, r.stderr
@@ -334,8 +323,6 @@ def test_allow_write_extra_dir(run, outside):
     assert sorted(os.listdir(outside)) == ["d", "written.txt"]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HOST_READ + " (any srt allowWrite fails "
-                   "with 'filesystem: open <dir>: No such file or directory')")
 def test_srt_settings_allow_and_deny_write(run, base, ws):
     (ws / "locked.txt").write_text("original\n")
     settings = base / "srt.json"
@@ -476,7 +463,6 @@ def test_concurrent_runs_keep_protection(run, ws, reap_marker):
         assert not host_lexists(ws / name) or (ws / name).stat().st_size == 0, name
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_CONCURRENT_LEFTOVER)
 def test_concurrent_runs_leave_no_placeholders(run, ws, reap_marker):
     _concurrent(run, ws, reap_marker)
     assert os.listdir(ws) == [], os.listdir(ws)

@@ -190,6 +190,9 @@ static int protect_one(int rootfd, const char *root, const char *rel, bool creat
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", what);
 		if (S_ISLNK(st.st_mode))
 			return jail_mount_onto(JAIL_EMPTY_FILE, fd, what, e);
+		struct stat pst;
+		if (fstat(cur, &pst) == 0 && pst.st_dev != st.st_dev && is_placeholder(&st))
+			return 0; /* our own mask, from an earlier name (.git/config after .git/hooks) */
 		if (is_placeholder(&st)) /* another sandbox's: mask it like ours */
 			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR
 								   : JAIL_EMPTY_FILE, fd, what, e);

@@ -46,6 +46,7 @@ struct mop {
 };
 
 /* ---- the per-spawn context ------------------------------------------- */
+#define JAIL_MAX_HELPERS 32
 struct jail_ctx {
 	const struct moat_policy *p;
 	const struct moat_launch *l;
@@ -58,13 +59,19 @@ struct jail_ctx {
 	int landlock_abi;   /* 0: skip (degraded) */
 	bool use_seccomp;
 	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
-	volatile int *go;     /* shared page: the same news, seen without a wakeup */
+	volatile int *go;     /* shared page: [0] the same news, seen without a
+			       * wakeup; [1] placeholders created (JAIL_GO_PROTECT) */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
 	int st_rd, st_wr;     /* child -> parent: exit code when all are gone */
+	pid_t helpers[JAIL_MAX_HELPERS]; /* idmap user-namespace holders, to reap */
+	char *helper_stacks[JAIL_MAX_HELPERS];
+	size_t nhelpers;
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
 };
+
+#define JAIL_GO_PROTECT 1
 
 /* Message a child sends when setup fails. One write, < PIPE_BUF. */
 struct jail_msg {
@@ -81,6 +88,8 @@ int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e);
 pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e);
 int jail_ns_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e);
 int jail_ns_child(struct jail_ctx *c, struct moat_err *e);
+/* Reap the helper processes of id-mapped mounts. */
+void jail_ns_free(struct jail_ctx *c);
 /* Root mode: turn a writable bind op into a detached id-mapped mount. */
 int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e);
 
@@ -105,6 +114,11 @@ int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, struct moat_err *e);
+/* Host side, right after clone (in parallel with the child's first mounts):
+ * create the placeholders the child will mount over. Best effort: what is
+ * not created here the child creates itself. */
+void jail_protect_parent(const char *root, const char *const *names,
+			 const struct moat_strv *extra);
 /* Host side, after the run: remove placeholders this or earlier runs left,
  * unless another sandbox still uses the root. */
 void jail_protect_cleanup(const char *root, const char *const *names,

@@ -27,6 +27,7 @@
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #define OLD "/oldroot"
@@ -415,8 +416,19 @@ static int op_mask(int rootfd, const struct mop *op, struct moat_err *e)
 			       fd, op->dst, e);
 }
 
-static int op_protect(int rootfd, const struct mop *op, struct moat_err *e)
+static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
+		      struct moat_err *e)
 {
+	/* Wait for the host's placeholders (it is done long before, mostly);
+	 * if it died meanwhile the parent-death signal ends us. */
+	for (int spins = 0; !__atomic_load_n(&c->go[JAIL_GO_PROTECT], __ATOMIC_ACQUIRE); spins++) {
+		if (spins < 100000) {
+			__builtin_ia32_pause();
+		} else {
+			struct timespec ts = {0, 100000};
+			nanosleep(&ts, NULL);
+		}
+	}
 	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
@@ -466,7 +478,7 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 	case MOP_MASK:
 		return op_mask(rootfd, op, e);
 	case MOP_PROTECT:
-		return op_protect(rootfd, op, e);
+		return op_protect(c, rootfd, op, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}

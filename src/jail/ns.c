@@ -18,6 +18,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
@@ -75,17 +76,26 @@ static int idle_child(void *arg)
 /* A user namespace mapping on-disk owner (uid, gid) to the sandbox's host
  * ids, used only as the idmapping of a mount. Returns an ns fd.
  * The namespace needs a process only while its maps are written and the
- * fd opened: a CLONE_VM child on a small stack (no page-table copy) that
- * never has to run, killed right after. */
-static int idmap_userns(uid_t uid, gid_t gid, uid_t to_uid, gid_t to_gid,
-			struct moat_err *e)
+ * fd opened: a CLONE_VM child on a small stack of its own (no page-table
+ * copy) that never has to run. It is killed at once but reaped only in
+ * jail_ns_free(), so we never wait for it to be scheduled. */
+static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
+			gid_t to_gid, struct moat_err *e)
 {
-	static char stack[16384] __attribute__((aligned(16)));
-	pid_t pid = clone(idle_child, stack + sizeof stack,
-			  CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL);
-	if (pid < 0)
+	if (c->nhelpers == JAIL_MAX_HELPERS)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "too many writable paths");
+	size_t sz = 16384;
+	char *stack = malloc(sz);
+	if (!stack)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "helper stack");
+	pid_t pid = clone(idle_child, stack + sz, CLONE_NEWUSER | CLONE_VM | SIGCHLD, NULL);
+	if (pid < 0) {
+		free(stack);
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
 				    "id-mapped mount: cannot create a user namespace");
+	}
+	c->helpers[c->nhelpers] = pid;
+	c->helper_stacks[c->nhelpers++] = stack;
 	char um[64], gm[64], path[64];
 	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
 	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
@@ -97,9 +107,17 @@ static int idmap_userns(uid_t uid, gid_t gid, uid_t to_uid, gid_t to_gid,
 			moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", path);
 	}
 	kill(pid, SIGKILL);
-	while (waitpid(pid, NULL, __WALL) < 0 && errno == EINTR)
-		;
 	return fd;
+}
+
+void jail_ns_free(struct jail_ctx *c)
+{
+	for (size_t i = 0; i < c->nhelpers; i++) {
+		while (waitpid(c->helpers[i], NULL, __WALL) < 0 && errno == EINTR)
+			;
+		free(c->helper_stacks[i]);
+	}
+	c->nhelpers = 0;
 }
 
 /* Root mode: every host-backed writable bind becomes a detached id-mapped
@@ -109,7 +127,7 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	struct stat st;
 	if (stat(op->src, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", op->src);
-	_cleanup_close_ int ns = idmap_userns(st.st_uid, st.st_gid, c->uid_out,
+	_cleanup_close_ int ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out,
 					      c->gid_out, e);
 	if (ns < 0)
 		return -1;

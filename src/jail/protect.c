@@ -141,6 +141,50 @@ static int pin_path(int rootfd, const char *root, const char *rel,
 	return 0;
 }
 
+/* Create the placeholder of one target at its first missing component. */
+static void place_one(int rootfd, const char *rel)
+{
+	char buf[PATH_MAX], *comp[64];
+	bool leaf_dir;
+	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
+	int cur = dup(rootfd);
+	for (size_t i = 0; cur >= 0 && i < n; i++) {
+		struct stat st;
+		if (fstatat(cur, comp[i], &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    (is_placeholder(&st) || !S_ISDIR(st.st_mode)))
+			break; /* a placeholder already (root would go inside), or a file */
+		int fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+		if (fd < 0 && errno == ENOENT) {
+			if (i + 1 < n || leaf_dir) {
+				if (mkdirat(cur, comp[i], 0) < 0)
+					break;
+			} else {
+				int f = openat(cur, comp[i], O_CREAT | O_EXCL | O_WRONLY |
+								  O_NOFOLLOW | O_CLOEXEC, 0);
+				if (f >= 0)
+					close(f);
+			}
+			break;
+		}
+		close(cur);
+		cur = fd; /* < 0 (a file, a symlink, ...): stop */
+	}
+	if (cur >= 0)
+		close(cur);
+}
+
+void jail_protect_parent(const char *root, const char *const *names,
+			 const struct moat_strv *extra)
+{
+	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	for (size_t i = 0; names && names[i]; i++)
+		place_one(fd, names[i]);
+	for (size_t i = 0; extra && i < extra->n; i++)
+		place_one(fd, extra->v[i]);
+}
+
 /* Phase 2: make one target read-only (see the top of this file). */
 static int protect_one(int rootfd, const char *root, const char *rel, bool create,
 		       struct moat_err *e)

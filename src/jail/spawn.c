@@ -151,9 +151,10 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 static void ctx_free(struct jail_ctx *c)
 {
 	jail_mount_free(c);
+	jail_ns_free(c);
 	moat_strv_free(&c->protect_roots);
 	if (c->go) {
-		munmap((void *)c->go, sizeof *c->go);
+		munmap((void *)c->go, 2 * sizeof *c->go);
 		c->go = NULL;
 	}
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
@@ -233,7 +234,7 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	}
 	c->st_rd = stp[0];
 	c->st_wr = stp[1];
-	c->go = mmap(NULL, sizeof *c->go, PROT_READ | PROT_WRITE,
+	c->go = mmap(NULL, 2 * sizeof *c->go, PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (c->go == MAP_FAILED) {
 		c->go = NULL;
@@ -263,6 +264,12 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "start sandbox");
 		goto fail;
 	}
+	/* While the child builds its first mounts, create the placeholders it
+	 * will protect (file system work the two of us need not do in turn). */
+	for (size_t i = 0; i < c->nops; i++)
+		if (c->ops[i].kind == MOP_PROTECT)
+			jail_protect_parent(c->ops[i].dst, c->ops[i].names, &c->ops[i].extra);
+	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
 	/* sync_wr stays open: its closing tells the child we died. */
 	struct jail_msg m;
 	ssize_t n;

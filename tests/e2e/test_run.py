@@ -268,8 +268,8 @@ def test_deny_read(run, ws):
 
 
 BUG_DENY_READ_MISSING = (
-    "moat bug: --deny-read of a path that does not exist yet is accepted but not "
-    "enforced: a file the host creates there during the run is readable inside "
+    "known limitation (docs/SECURITY.md): --deny-read of a path that does not exist yet is "
+    "accepted but not enforced: a file the host creates there during the run is readable inside "
     "(deny-write handles the same case with a placeholder)")
 
 

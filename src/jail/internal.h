@@ -16,7 +16,7 @@
 
 /* ---- mount plan: a compiled list of ops run by one switch ------------- */
 enum mop_kind {
-	MOP_TMPFS,   /* dst: fresh tmpfs (mode) */
+	MOP_TMPFS,   /* dst: a fresh, empty private directory (mode), tmpfs-backed */
 	MOP_BIND,    /* src (host path) -> dst */
 	MOP_BIND_FD, /* detached mount fd (idmapped workspace) -> dst */
 	MOP_SYMLINK, /* dst -> src (link text) */

@@ -159,6 +159,10 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e)
 		__u64 a = class_access(op->ll, abi);
 		if (a && add_path_rule(rs, op->dst, a, abi, e) < 0)
 			return -1;
+		/* /dev is read-mostly, but shared memory lives below it */
+		if (op->kind == MOP_DEV &&
+		    add_path_rule(rs, "/dev/shm", class_access(LL_RW, abi), abi, e) < 0)
+			return -1;
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_NO_NEW_PRIVS");

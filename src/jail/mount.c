@@ -332,17 +332,30 @@ static int op_bind(const struct mop *op, const char *src, const char *dst,
 	return set_attr(AT_FDCWD, dst, AT_RECURSIVE, set, op->dst, e);
 }
 
-static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
+/* Every "tmpfs" of the sandbox (/, /tmp, the home, /dev, /dev/shm) is a
+ * directory of the one setup tmpfs, bound into place: one superblock to
+ * create and tear down instead of six. Returns the bound directory. */
+static int scratch_bind(const char *dst, unsigned mode, uint64_t attrs,
+			struct moat_err *e)
 {
-	char opts[32];
-	snprintf(opts, sizeof opts, "mode=%o", op->mode);
+	static unsigned n;
+	char dir[32];
+	snprintf(dir, sizeof dir, "/s%u", n++);
+	if (mkdir(dir, 0700) < 0 || chmod(dir, mode) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "scratch dir for %s", dst);
 	if (make_mountpoint(dst, true, e) < 0)
 		return -1;
-	if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", op->dst);
+	if (mount(dir, dst, NULL, MS_BIND, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "private directory on %s", dst);
+	return set_attr(AT_FDCWD, dst, 0, attrs, dst, e);
+}
+
+static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
+{
+	uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 	if (op->flags & MOP_F_RDONLY)
-		return set_attr(AT_FDCWD, dst, 0, MOUNT_ATTR_RDONLY, op->dst, e);
-	return 0;
+		attrs |= MOUNT_ATTR_RDONLY;
+	return scratch_bind(dst, op->mode, attrs, e);
 }
 
 static int op_proc(const char *dst, struct moat_err *e)
@@ -371,10 +384,8 @@ static int op_dev(const char *dst, struct moat_err *e)
 		{"pts/ptmx", "ptmx"},
 	};
 	char p[PATH_MAX], s[PATH_MAX];
-	if (make_mountpoint(dst, true, e) < 0)
+	if (scratch_bind(dst, 0755, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, e) < 0)
 		return -1;
-	if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755") < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", dst);
 	for (size_t i = 0; nodes[i]; i++) {
 		snprintf(p, sizeof p, "%s/%s", dst, nodes[i]);
 		snprintf(s, sizeof s, OLD "/dev/%s", nodes[i]);
@@ -394,9 +405,8 @@ static int op_dev(const char *dst, struct moat_err *e)
 		  "newinstance,ptmxmode=0666,mode=620") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "devpts on %s", p);
 	snprintf(p, sizeof p, "%s/shm", dst);
-	if (mkdir(p, 0755) < 0 ||
-	    mount("tmpfs", p, "tmpfs", MS_NOSUID | MS_NODEV, "mode=1777") < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", p);
+	if (scratch_bind(p, 01777, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, e) < 0)
+		return -1;
 	/* No new device nodes or files directly in /dev. */
 	return set_attr(AT_FDCWD, dst, 0, MOUNT_ATTR_RDONLY, dst, e);
 }
@@ -499,8 +509,10 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup file");
 	close(fd);
-	if (mount("tmpfs", "/tmp/newroot", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "root tmpfs");
+	/* The new root is a directory of the setup tmpfs, bound onto itself
+	 * to be a mount point for pivot_root. */
+	if (mount("/tmp/newroot", "/tmp/newroot", NULL, MS_BIND, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "new root");
 	if (chdir("/tmp") < 0 || syscall(SYS_pivot_root, "/tmp", "/tmp/oldroot") < 0 ||
 	    chdir("/") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pivot_root (setup)");

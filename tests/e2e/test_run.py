@@ -204,6 +204,20 @@ def test_tmp_private(run):
 
 # ---- modes ------------------------------------------------------------------------
 
+def test_dev_shm_writable_and_private(run):
+    """POSIX shared memory and semaphores (multiprocessing) work; what is
+    written there does not reach the host's /dev/shm."""
+    before = set(os.listdir("/dev/shm"))
+    r = run.py("import multiprocessing as m, os\n"
+               "l = m.Lock(); l.acquire(); l.release()\n"
+               "open('/dev/shm/moat-e2e-shm', 'w').write('x')\n"
+               "print('SHM', os.listdir('/dev/shm'))\n")
+    assert r.returncode == 0, r.stderr
+    assert "moat-e2e-shm" in r.stdout
+    assert "moat-e2e-shm" not in os.listdir("/dev/shm")
+    assert not {n for n in set(os.listdir("/dev/shm")) - before if "moat-e2e" in n}
+
+
 def test_mode_read_only(run, ws):
     (ws / "f.txt").write_text("original\n")
     before = snapshot(ws)

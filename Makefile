@@ -7,7 +7,7 @@ WARN    := -std=gnu11 -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wmissing-protot
            -Wstrict-prototypes -Wno-unused-parameter -Wno-format-truncation
 CPPFLAGS := -Iinclude -I$(BUILD)/gen -D_FORTIFY_SOURCE=2
 # jansson linked statically: one less shared object to relocate per run.
-LIBS    := -Wl,-Bstatic -ljansson -Wl,-Bdynamic -lm
+LIBS    := -Wl,-Bstatic -ljansson -Wl,-Bdynamic
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIB_SRC := $(wildcard src/base/*.c src/policy/*.c src/jail/*.c src/init/*.c)

@@ -159,7 +159,7 @@ int moat_parse_scaled(const char *s, uint64_t scale, uint64_t max,
 		return moat_err_set(e, MOAT_E_USAGE, 0, "'%s' must be greater than 0", s);
 	if (scaled > (double)max)
 		return moat_err_set(e, MOAT_E_USAGE, 0, "'%s' is too large", s);
-	*out = (uint64_t)llround(scaled);
+	*out = moat_round_u64(scaled);
 	return 0;
 bad:
 	return moat_err_set(e, MOAT_E_USAGE, 0, "invalid number '%s'", s);

@@ -19,6 +19,12 @@ int moat_parse_size(const char *s, uint64_t *out, struct moat_err *e);
 int moat_parse_scaled(const char *s, uint64_t scale, uint64_t max,
 		      uint64_t *out, struct moat_err *e);
 
+/* Round a non-negative double to the nearest integer (no libm needed). */
+static inline uint64_t moat_round_u64(double x)
+{
+	return (uint64_t)(x + 0.5);
+}
+
 /* Parse a positive integer in [1, max]. */
 int moat_parse_uint(const char *s, uint64_t max, uint64_t *out,
 		    struct moat_err *e);

@@ -149,14 +149,14 @@ static int native_limits(struct ctx *c, json_t *lim, struct moat_policy *p)
 		double d = json_is_number(v) ? json_number_value(v) : -1;
 		if (!json_is_number(v) || !(d >= 0.01) || d > 4096)
 			return fail(c, "limits.cpus", "must be a number from 0.01 to 4096");
-		p->cpu_milli = (uint64_t)llround(d * 1000);
+		p->cpu_milli = moat_round_u64(d * 1000);
 	}
 	if ((v = json_object_get(lim, "timeout")) && !json_is_null(v)) {
 		double d = json_is_number(v) ? json_number_value(v) : -1;
 		if (!json_is_number(v) || !(d >= 0.001) || d > 31536000)
 			return fail(c, "limits.timeout",
 				    "must be a number of seconds from 0.001 to 31536000");
-		p->timeout_ms = (uint64_t)llround(d * 1000);
+		p->timeout_ms = moat_round_u64(d * 1000);
 	}
 	return 0;
 }

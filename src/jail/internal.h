@@ -98,9 +98,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e);
 int jail_mount_child(struct jail_ctx *c, struct moat_err *e);
 void jail_mount_free(struct jail_ctx *c);
 
-/* Mask sources, created in the setup tmpfs (gone once the root pivots). */
-#define JAIL_EMPTY_FILE "/empty"
-#define JAIL_EMPTY_DIR "/emptydir"
+/* Mask sources, in a read-only, nosuid, nodev, noexec mount of the setup
+ * tmpfs (clones of it inherit those flags). */
+#define JAIL_EMPTY_FILE "/masks/empty"
+#define JAIL_EMPTY_DIR "/masks/emptydir"
 
 /* mount.c helpers shared with protect.c: mount a read-only copy of `src`
  * onto the object `fd` refers to (which may be a symlink); bind `fd` onto

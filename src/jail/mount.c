@@ -263,12 +263,10 @@ static int make_mountpoint(const char *path, bool dir, struct moat_err *e)
 
 int jail_mount_onto(const char *src, int fd, const char *what, struct moat_err *e)
 {
+	/* src lives on a read-only mount: the clone inherits its flags */
 	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (t < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", src);
-	if (set_attr(t, "", AT_EMPTY_PATH, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
-			   MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, what, e) < 0)
-		return -1;
 	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mask %s", what);
 	return 0;
@@ -503,12 +501,16 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup tmpfs");
 	if (mkdir("/tmp/newroot", 0755) < 0 || mkdir("/tmp/oldroot", 0755) < 0 ||
-	    mkdir("/tmp/emptydir", 0) < 0)
+	    mkdir("/tmp/masks", 0755) < 0 || mkdir("/tmp/masks/emptydir", 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup dirs");
-	int fd = open("/tmp/empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
+	int fd = open("/tmp/masks/empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup file");
 	close(fd);
+	if (mount("/tmp/masks", "/tmp/masks", NULL, MS_BIND, NULL) < 0 ||
+	    set_attr(AT_FDCWD, "/tmp/masks", 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+		     MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "masks", e) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mask sources");
 	/* The new root is a directory of the setup tmpfs, bound onto itself
 	 * to be a mount point for pivot_root. */
 	if (mount("/tmp/newroot", "/tmp/newroot", NULL, MS_BIND, NULL) < 0)

@@ -4,7 +4,8 @@
 # side by side with hyperfine. The machine is noisy, so the comparison runs
 # in ROUNDS short rounds, each timing both back to back; it prints each
 # round's medians and the median of the per-round ratios moat/bwrap
-# (lower is better; the bar is <= 1.0).
+# (lower is better; the bar is <= 1.0). A second table compares equal work
+# (bubblewrap given the read-only binds moat makes by default).
 #   sh bench/startup.sh [path/to/moat] [runs-per-round] [rounds]
 set -eu
 MOAT=${1:-build/moat}
@@ -24,15 +25,40 @@ while [ "$i" -le "$ROUNDS" ]; do
 		-n moat "$MOAT run -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
 	i=$((i + 1))
 done
+# Equal work: a workspace that has every protected name, and bubblewrap
+# told to do what moat does by default for it (workspace writable, the
+# protected names read-only, /root and /home hidden).
+eq="$ws/eq"
+mkdir -p "$eq/.git/hooks" "$eq/.vscode" "$eq/.idea" "$eq/.claude/commands" "$eq/.claude/agents"
+BWRAP_EQ="bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /root --tmpfs /home --bind $eq $eq"
+for f in .bashrc .bash_profile .bash_login .profile .zshrc .zprofile .zshenv .bash_logout \
+	 .gitconfig .gitmodules .git/config .mcp.json .ripgreprc; do
+	: > "$eq/$f"
+	BWRAP_EQ="$BWRAP_EQ --ro-bind $eq/$f $eq/$f"
+done
+for d in .git/hooks .vscode .idea .claude/commands .claude/agents; do
+	BWRAP_EQ="$BWRAP_EQ --ro-bind $eq/$d $eq/$d"
+done
+BWRAP_EQ="$BWRAP_EQ --chdir $eq /bin/true"
+i=1
+while [ "$i" -le "$ROUNDS" ]; do
+	hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
+		-n moat "$MOAT run -w $eq -- /bin/true" -n bwrap "$BWRAP_EQ" >/dev/null 2>&1
+	i=$((i + 1))
+done
 python3 - "$ws" "$ROUNDS" <<'PY'
 import json, statistics, sys
 ws, rounds = sys.argv[1], int(sys.argv[2])
-ratios, ms, bs = [], [], []
-for i in range(1, rounds + 1):
-    r = {x["command"]: x for x in json.load(open(f"{ws}/round{i}.json"))["results"]}
-    m, b = r["moat"]["median"] * 1e3, r["bwrap"]["median"] * 1e3
-    ms.append(m); bs.append(b); ratios.append(m / b)
-    print(f"round {i}: median moat {m:6.2f} ms, bwrap {b:6.2f} ms, ratio {m/b:.2f}")
-print(f"overall: median moat {statistics.median(ms):.2f} ms, bwrap {statistics.median(bs):.2f} ms, "
-      f"median ratio moat/bwrap {statistics.median(ratios):.2f}")
+def table(prefix, title):
+    ratios, ms, bs = [], [], []
+    print(title)
+    for i in range(1, rounds + 1):
+        r = {x["command"]: x for x in json.load(open(f"{ws}/{prefix}{i}.json"))["results"]}
+        m, b = r["moat"]["median"] * 1e3, r["bwrap"]["median"] * 1e3
+        ms.append(m); bs.append(b); ratios.append(m / b)
+        print(f"  round {i}: median moat {m:6.2f} ms, bwrap {b:6.2f} ms, ratio {m/b:.2f}")
+    print(f"  overall: median moat {statistics.median(ms):.2f} ms, bwrap {statistics.median(bs):.2f} ms, "
+          f"median ratio moat/bwrap {statistics.median(ratios):.2f}")
+table("round", "1. the issue's comparison: moat's default in an empty workspace vs bwrap --unshare-all --ro-bind / /")
+table("eq", "2. equal work: workspace with every protected name; bwrap given the same read-only binds and hidden homes")
 PY

@@ -49,9 +49,10 @@ int moat_jail_signal(struct moat_jail *j, int sig);
 int moat_jail_kill(struct moat_jail *j);
 
 struct moat_jail_status {
-	int exit_code;     /* the command's code, or 128+signal */
-	int signal;        /* the signal that killed it, 0 if it exited */
-	bool oom;          /* the memory limit was hit and a process killed */
+	int exit_code; /* the command's code, or 128+N if signal N killed it */
+	int signal;    /* N when the sandbox as a whole was killed (timeout,
+			* OOM of pid 1, moat_jail_kill), else 0 */
+	bool oom;      /* the memory limit was hit and a process killed */
 };
 
 /* Wait for the sandbox to end. deadline_ms < 0 waits forever. Returns 1

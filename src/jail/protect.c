@@ -173,16 +173,22 @@ static void place_one(int rootfd, const char *rel)
 		close(cur);
 }
 
+/* Apply fn to every top-of-root target: the protected names and extras. */
+static void each_target(int rootfd, const char *const *names,
+			const struct moat_strv *extra, void (*fn)(int, const char *))
+{
+	for (size_t i = 0; names && names[i]; i++)
+		fn(rootfd, names[i]);
+	for (size_t i = 0; extra && i < extra->n; i++)
+		fn(rootfd, extra->v[i]);
+}
+
 void jail_protect_parent(const char *root, const char *const *names,
 			 const struct moat_strv *extra)
 {
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (fd < 0)
-		return;
-	for (size_t i = 0; names && names[i]; i++)
-		place_one(fd, names[i]);
-	for (size_t i = 0; extra && i < extra->n; i++)
-		place_one(fd, extra->v[i]);
+	if (fd >= 0)
+		each_target(fd, names, extra, place_one);
 }
 
 /* Phase 2: make one target read-only (see the top of this file). */
@@ -357,10 +363,6 @@ void jail_protect_cleanup(const char *root, const char *const *names,
 		return;
 	/* Another sandbox still running on this root holds a shared lock
 	 * and still needs the placeholders as mount points. */
-	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
-		return;
-	for (size_t i = 0; names && names[i]; i++)
-		cleanup_one(fd, names[i]);
-	for (size_t i = 0; extra && i < extra->n; i++)
-		cleanup_one(fd, extra->v[i]);
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+		each_target(fd, names, extra, cleanup_one);
 }

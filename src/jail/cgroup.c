@@ -181,8 +181,17 @@ static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 		strcat(ctl, "+pids ");
 	if (p->cpu_milli)
 		strcat(ctl, "+cpu ");
-	if (set_value(ownd, "cgroup.subtree_control", ctl, e) < 0)
+	if (set_value(ownd, "cgroup.subtree_control", ctl, e) < 0) {
+		/* cgroup v2's "no internal processes" rule: a cgroup that holds
+		 * processes (a login session) cannot delegate controllers. */
+		if (e->errnum == EBUSY)
+			return moat_err_set(e, MOAT_E_SYSTEM, EBUSY,
+					    "cannot enable controllers below %s, which holds "
+					    "processes; run moat in a cgroup of its own, e.g. "
+					    "systemd-run --user --scope -p Delegate=yes moat run ...",
+					    ownd);
 		return moat_err_prefix(e, "enable controllers in %s", ownd);
+	}
 	if (make_dir("/sys/fs/cgroup", own, name, &cg->dir[0], e) < 0)
 		return -1;
 	char v[64];

@@ -9,7 +9,9 @@
 #include "../base/cleanup.h"
 #include "../base/util.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <signal.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -96,10 +98,35 @@ static bool read_key(const char *dir, const char *file, const char *key, unsigne
 	return false;
 }
 
+/* Remove empty cgroups that an earlier moat, killed before it could clean
+ * up, left in dir: named moat-<pid>-..., with <pid> no longer alive. Only
+ * our own naming is touched; rmdir fails on a cgroup still in use. */
+static void sweep_stale(const char *dir)
+{
+	DIR *d = opendir(dir);
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		int pid;
+		char tail;
+		if (sscanf(de->d_name, "moat-%d-%c", &pid, &tail) != 2 || pid <= 0)
+			continue;
+		if (kill(pid, 0) == 0 || errno != ESRCH)
+			continue;
+		_cleanup_free_ char *p = moat_strdupf("%s/%s", dir, de->d_name);
+		rmdir(p);
+	}
+	closedir(d);
+}
+
 static int make_dir(const char *parent_mount, const char *own, const char *name,
 		    char **out, struct moat_err *e)
 {
-	char *d = moat_strdupf("%s%s/%s", parent_mount, strcmp(own, "/") ? own : "", name);
+	_cleanup_free_ char *parent = moat_strdupf("%s%s", parent_mount,
+						   strcmp(own, "/") ? own : "");
+	sweep_stale(parent);
+	char *d = moat_strdupf("%s/%s", parent, name);
 	if (mkdir(d, 0755) < 0) {
 		int err = errno;
 		moat_err_set(e, MOAT_E_SYSTEM, err,

@@ -9,7 +9,7 @@ import pytest
 
 from conftest import (IS_ROOT, MOAT, PY, diff_snap, host_lexists,
                       moat_cgroup_dirs, moat_env, real_home, run_in_pty,
-                      sleep_marker, sleep_started, snapshot, uid_tag, wait_until)
+                      sleep_marker, sleep_started, snapshot, uid_tag, wait_until, own_cgroup)
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="only meaningful when moat runs as root")
 needs_user = pytest.mark.skipif(IS_ROOT, reason="only meaningful for an unprivileged caller")
@@ -437,6 +437,29 @@ def test_limits_applied_and_removed(run, ws):
     assert vals == {"memory.limit_in_bytes": str(256 << 20), "pids.max": "100",
                     "cpu.cfs_quota_us": "50000"}
     assert not moat_cgroup_dirs(p.pid)
+
+
+@needs_root
+def test_stale_cgroups_of_killed_moat_swept(run, ws):
+    """A moat killed by SIGKILL cannot remove its cgroup; the next run with
+    limits removes empty moat-<dead pid>-* cgroups (and nothing else)."""
+    own = own_cgroup("pids")
+    base = f"/sys/fs/cgroup/pids{own if own and own != '/' else ''}"
+    dead = subprocess.Popen(["true"])
+    dead.wait()
+    stale = os.path.join(base, f"moat-{dead.pid}-stale")
+    other = os.path.join(base, f"notmoat-{dead.pid}-keep")
+    os.mkdir(stale)
+    os.mkdir(other)
+    try:
+        r = run.sh("echo ran", "--pids", "50")
+        assert r.returncode == 0 and "ran" in r.stdout, r.stderr
+        assert not os.path.exists(stale)
+        assert os.path.exists(other)
+    finally:
+        for d in (stale, other):
+            if os.path.exists(d):
+                os.rmdir(d)
 
 
 @needs_user

@@ -103,5 +103,8 @@ void moat_policy_hidden_paths(const char *home, struct moat_strv *out);
 /* Names write-protected inside every writable path, whether they exist or
  * not. NULL-terminated; entries ending in '/' are directories. */
 extern const char *const moat_mandatory_deny[];
+/* Names protected where they exist; one the sandbox creates is removed
+ * after the run (a placeholder would break host tools). */
+extern const char *const moat_mandatory_deny_existing[];
 
 #endif

@@ -136,6 +136,8 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 		break;
 	case OPT_CPUS:
 		r = moat_parse_scaled(f->arg, 1000, 4096000, &p->cpu_milli, e);
+		if (r == 0 && p->cpu_milli < 10) /* the kernel's minimum quota */
+			r = moat_err_set(e, MOAT_E_USAGE, 0, "'%s' is below 0.01 CPU", f->arg);
 		break;
 	case OPT_TIMEOUT:
 		r = moat_parse_scaled(f->arg, 1000, 31536000000ULL, &p->timeout_ms, e);
@@ -278,7 +280,10 @@ int moat_cmd_run(int argc, char **argv)
 		goto out_err;
 	if (st.oom) {
 		char lim[32];
-		snprintf(lim, sizeof lim, "%lluM", (unsigned long long)(p.memory >> 20));
+		if (p.memory >= (1ULL << 20) && !(p.memory & ((1ULL << 20) - 1)))
+			snprintf(lim, sizeof lim, "%lluM", (unsigned long long)(p.memory >> 20));
+		else
+			snprintf(lim, sizeof lim, "%llu", (unsigned long long)p.memory);
 		fprintf(stderr, "moat: out of memory: the sandbox reached its memory limit "
 				"(--memory %s) and the kernel killed a process\n", lim);
 	}

@@ -43,6 +43,7 @@ struct mop {
 	unsigned mode;
 	const char *const *names; /* MOP_PROTECT: relative names */
 	struct moat_strv extra;   /* MOP_PROTECT: user deny-write paths (relative) */
+	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
 };
 
 /* ---- the per-spawn context ------------------------------------------- */
@@ -119,11 +120,15 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */
 void jail_protect_parent(const char *root, const char *const *names,
-			 const struct moat_strv *extra);
+			 const struct moat_strv *extra, struct moat_strv *watch);
 /* Host side, after the run: remove placeholders this or earlier runs left,
  * unless another sandbox still uses the root. */
 void jail_protect_cleanup(const char *root, const char *const *names,
 			  const struct moat_strv *extra);
+/* Host side, after the run: remove what the sandbox created at watched
+ * names (moat_mandatory_deny_existing); warn(arg, msg) for each. */
+void jail_protect_sweep(const char *root, const struct moat_strv *watch,
+			void (*warn)(void *, const char *), void *arg);
 
 /* landlock.c */
 int jail_landlock_prepare(struct jail_ctx *c, struct moat_err *e);

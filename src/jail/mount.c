@@ -68,6 +68,7 @@ void jail_mount_free(struct jail_ctx *c)
 		free(c->ops[i].src);
 		free(c->ops[i].dst);
 		moat_strv_free(&c->ops[i].extra);
+		moat_strv_free(&c->ops[i].watch);
 		if (c->ops[i].fd >= 0)
 			close(c->ops[i].fd);
 	}
@@ -145,6 +146,22 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			add_op(c, MOP_TMPFS, NULL, "/sys", MOP_F_RDONLY, LL_NONE)->mode = 0555;
 		}
 	}
+	/* The private home is mounted over $HOME: it must not be (or contain)
+	 * the root or a system directory. */
+	if (home && p->fs_base != MOAT_FS_HOST_WRITE) {
+		static const char *const sys[] = {"/proc", "/dev", NULL};
+		bool bad = home[0] != '/' || strcmp(home, "/") == 0;
+		for (size_t i = 0; !bad && system_dirs[i]; i++)
+			bad = moat_path_within(home, system_dirs[i]) ||
+			      moat_path_within(system_dirs[i], home);
+		for (size_t i = 0; !bad && sys[i]; i++)
+			bad = moat_path_within(sys[i], home);
+		if (bad)
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "HOME=%s cannot hold the sandbox's private home "
+					    "(it would cover system directories); set HOME to "
+					    "a home directory", home);
+	}
 	if (p->fs_base != MOAT_FS_HOST_WRITE) {
 		add_op(c, MOP_TMPFS, NULL, "/tmp", 0, LL_RW)->mode = 01777;
 		/* A private, empty home unless the policy shows the real one. */
@@ -165,6 +182,12 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 	for (size_t i = 0; i < p->allow_write.n; i++)
 		b[k++] = (struct bind){p->allow_write.v[i], true, true};
 	b[k++] = (struct bind){p->workspace, p->workspace_write, p->workspace_write};
+	/* --deny-write of a writable path itself, or of a directory around it,
+	 * makes that whole path read-only. */
+	for (size_t i = 0; i < k; i++)
+		for (size_t j = 0; b[i].rw && j < p->deny_write.n; j++)
+			if (moat_path_within(b[i].path, p->deny_write.v[j]))
+				b[i].rw = b[i].protect = false;
 	qsort(b, k, sizeof *b, bind_cmp);
 	for (size_t i = 0; i < k; i++) {
 		/* In danger-full-access "/" is already the host, writable. */

@@ -40,7 +40,7 @@
 /* Existing names deeper in the tree are found by a bounded scan: depth and
  * entry count are capped so a huge tree cannot stall the start. */
 #define SCAN_DEPTH 3
-#define SCAN_BUDGET 20000
+#define SCAN_BUDGET 50000
 
 struct target {
 	char *rel;   /* relative to the root; trailing '/' = a directory */
@@ -184,11 +184,36 @@ static void each_target(int rootfd, const char *const *names,
 }
 
 void jail_protect_parent(const char *root, const char *const *names,
-			 const struct moat_strv *extra)
+			 const struct moat_strv *extra, struct moat_strv *watch)
 {
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
-	if (fd >= 0)
-		each_target(fd, names, extra, place_one);
+	if (fd < 0)
+		return;
+	each_target(fd, names, extra, place_one);
+	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
+		struct stat st;
+		if (fstatat(fd, moat_mandatory_deny_existing[i], &st, AT_SYMLINK_NOFOLLOW) < 0 &&
+		    errno == ENOENT)
+			moat_strv_add(watch, moat_mandatory_deny_existing[i]);
+	}
+}
+
+void jail_protect_sweep(const char *root, const struct moat_strv *watch,
+			void (*warn)(void *, const char *), void *arg)
+{
+	if (!watch->n)
+		return;
+	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	for (size_t i = 0; fd >= 0 && i < watch->n; i++) {
+		struct stat st;
+		if (fstatat(fd, watch->v[i], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+			continue;
+		char msg[PATH_MAX + 128];
+		snprintf(msg, sizeof msg, "removed %s/%s, which the sandbox created "
+			 "(it would redirect git's config and hooks)", root, watch->v[i]);
+		if (unlinkat(fd, watch->v[i], 0) == 0 && warn)
+			warn(arg, msg);
+	}
 }
 
 /* Phase 2: make one target read-only (see the top of this file). */
@@ -316,9 +341,20 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		add_target(&t, names[i], true);
 	for (size_t i = 0; extra && i < extra->n; i++)
 		add_target(&t, extra->v[i], true);
+	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++)
+		add_target(&t, moat_mandatory_deny_existing[i], false);
 	size_t budget = SCAN_BUDGET;
 	if (names)
 		scan(rootfd, "", names, 0, &budget, &t);
+	/* A tree too big to scan could hide a nested .git/hooks past the
+	 * budget (a hostile run can make it so): fail closed. */
+	if (budget == 0) {
+		free_targets(&t);
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "%s: more than %d entries within %d levels, so "
+				    "protected names below could not all be found; "
+				    "use a smaller workspace", root, SCAN_BUDGET, SCAN_DEPTH);
+	}
 	struct moat_strv pinned = {0};
 	int r = 0;
 	for (size_t i = 0; r == 0 && i < t.n; i++)

@@ -41,6 +41,8 @@ struct moat_jail {
 	bool reaped;
 	struct jail_cgroup *cg;
 	bool released; /* placeholders cleaned up */
+	void (*warn)(void *arg, const char *msg);
+	void *warn_arg;
 };
 
 int64_t moat_now_ms(void)
@@ -268,7 +270,8 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	 * will protect (file system work the two of us need not do in turn). */
 	for (size_t i = 0; i < c->nops; i++)
 		if (c->ops[i].kind == MOP_PROTECT)
-			jail_protect_parent(c->ops[i].dst, c->ops[i].names, &c->ops[i].extra);
+			jail_protect_parent(c->ops[i].dst, c->ops[i].names, &c->ops[i].extra,
+					    &c->ops[i].watch);
 	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
 	/* sync_wr stays open: its closing tells the child we died. */
 	struct jail_msg m;
@@ -289,7 +292,9 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	}
 	close(c->err_rd);
 	c->err_rd = -1;
-	/* The bpf, idmapped mount fds etc. were for the child only. */
+	j->warn = l->warn;
+	j->warn_arg = l->warn_arg;
+	/* The policy and launch are the caller's; we keep no pointer into them. */
 	c->p = NULL;
 	c->l = NULL;
 	*out = j;
@@ -348,8 +353,10 @@ static void release_roots(struct moat_jail *j)
 	j->c.nlocks = 0;
 	for (size_t i = 0; i < j->c.nops; i++) {
 		const struct mop *op = &j->c.ops[i];
-		if (op->kind == MOP_PROTECT)
-			jail_protect_cleanup(op->dst, op->names, &op->extra);
+		if (op->kind != MOP_PROTECT)
+			continue;
+		jail_protect_cleanup(op->dst, op->names, &op->extra);
+		jail_protect_sweep(op->dst, &op->watch, j->warn, j->warn_arg);
 	}
 }
 

@@ -16,12 +16,22 @@
 #include <sys/stat.h>
 
 const char *const moat_mandatory_deny[] = {
-	".bashrc",  ".bash_profile", ".bash_login", ".profile",
-	".zshrc",   ".zprofile",     ".zshenv",     ".bash_logout",
+	/* shell start-up */
+	".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
+	".bash_aliases", ".zshrc", ".zprofile", ".zshenv", ".zlogin",
+	/* git: hooks and config run code; modules/worktrees hold more of both */
 	".gitconfig", ".gitmodules", ".git/hooks/", ".git/config",
-	".mcp.json", ".vscode/",     ".idea/",      ".claude/commands/",
-	".claude/agents/", ".ripgreprc", NULL,
+	".git/config.worktree", ".git/modules/", ".git/worktrees/",
+	/* editors, agents, tools that execute what their config says */
+	".mcp.json", ".vscode/", ".idea/", ".claude/commands/", ".claude/agents/",
+	".claude/hooks/", ".claude/settings.json", ".claude/settings.local.json",
+	".ripgreprc", NULL,
 };
+
+/* Protected where they exist, but never given a placeholder: git refuses
+ * to work with an unreadable .git/commondir. One created by the sandbox is
+ * removed when the run ends (it would send git to another config and hooks). */
+const char *const moat_mandatory_deny_existing[] = {".git/commondir", NULL};
 
 /* Relative to a home directory. */
 static const char *const hidden_in_home[] = {

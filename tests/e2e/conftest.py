@@ -34,10 +34,13 @@ SH = "/bin/sh"
 
 # The names moat write-protects inside every writable root (see policy.c).
 MANDATORY_DENY = [
-    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".zshrc",
-    ".zprofile", ".zshenv", ".bash_logout", ".gitconfig", ".gitmodules",
-    ".git/hooks/", ".git/config", ".mcp.json", ".vscode/", ".idea/",
-    ".claude/commands/", ".claude/agents/", ".ripgreprc",
+    ".bashrc", ".bash_profile", ".bash_login", ".profile", ".bash_logout",
+    ".bash_aliases", ".zshrc", ".zprofile", ".zshenv", ".zlogin",
+    ".gitconfig", ".gitmodules", ".git/hooks/", ".git/config",
+    ".git/config.worktree", ".git/modules/", ".git/worktrees/",
+    ".mcp.json", ".vscode/", ".idea/", ".claude/commands/", ".claude/agents/",
+    ".claude/hooks/", ".claude/settings.json", ".claude/settings.local.json",
+    ".ripgreprc",
 ]
 # Secrets hidden inside every home directory.
 HIDDEN_IN_HOME = [".ssh", ".aws", ".gnupg", ".config/gcloud", ".kube",

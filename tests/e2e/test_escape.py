@@ -1415,3 +1415,93 @@ def test_concurrent_sandbox_renames_placeholder(run, ws, reap_marker):
         a.communicate(timeout=10)
     assert not host_lexists(ws / ".git" / "hooks" / "pre-commit")
     assert os.listdir(ws) == [], os.listdir(ws)
+
+
+# ---- findings of the security review (persistence through git and agent
+# config, deny-write of a whole root, hostile HOME, scan budget) ----------------
+
+def _git(ws, *args):
+    return subprocess.run(["git", "-C", str(ws), *args], capture_output=True, text=True,
+                          env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(ws.parent),
+                               "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
+                               "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"})
+
+
+def test_git_commondir_redirect_removed(run, ws):
+    """.git/commondir would send host git to a config and hooks the sandbox
+    wrote; it cannot have a placeholder (git refuses an unreadable one), so
+    moat removes one the sandbox created, and says so."""
+    assert _git(ws, "init", "-q").returncode == 0
+    assert _git(ws, "commit", "-q", "--allow-empty", "-m", "x").returncode == 0
+    r = run.sh('mkdir -p evil && printf "[core]\\n\\tfsmonitor = false\\n" > evil/config; '
+               'echo ../evil > .git/commondir && echo WROTE')
+    assert "WROTE" in r.stdout, r.stderr
+    assert not (ws / ".git" / "commondir").exists()
+    assert "removed" in r.stderr and "commondir" in r.stderr
+    assert _git(ws, "status").returncode == 0
+
+
+def test_git_existing_commondir_read_only(run, ws):
+    assert _git(ws, "init", "-q").returncode == 0
+    (ws / ".git" / "commondir").write_text(".\n")
+    r = run.sh('echo ../evil > .git/commondir; echo DONE')
+    assert "DONE" in r.stdout, r.stderr
+    assert (ws / ".git" / "commondir").read_text() == ".\n"
+
+
+@pytest.mark.parametrize("path", [
+    ".git/modules/sub/config", ".git/worktrees/w/commondir", ".git/config.worktree",
+    ".claude/settings.json", ".claude/settings.local.json", ".claude/hooks/pre.sh",
+    ".bash_aliases", ".zlogin",
+])
+def test_more_persistence_names(run, ws, path):
+    (ws / ".git").mkdir()
+    (ws / ".claude").mkdir()
+    before = snapshot(ws)
+    r = run.sh(f'mkdir -p "$(dirname {path})" 2>/dev/null; echo evil >> {path}; echo DONE')
+    assert "DONE" in r.stdout, r.stderr
+    assert snapshot(ws) == before, diff_snap(before, snapshot(ws))
+
+
+def test_existing_submodule_config_read_only(run, ws):
+    mod = ws / ".git" / "modules" / "sub"
+    (mod / "hooks").mkdir(parents=True)
+    (mod / "config").write_text("[core]\n")
+    before = snapshot(ws)
+    r = run.sh('echo "\\tfsmonitor = evil" >> .git/modules/sub/config; '
+               'echo x > .git/modules/sub/hooks/post-checkout; echo DONE')
+    assert "DONE" in r.stdout, r.stderr
+    assert snapshot(ws) == before, diff_snap(before, snapshot(ws))
+
+
+@pytest.mark.parametrize("deny", [".", "..", "WS"])
+def test_deny_write_of_whole_root(run, ws, deny):
+    target = str(ws) if deny == "WS" else deny
+    before = snapshot(ws)
+    r = run.sh('echo x > f; echo DONE', "--deny-write", target)
+    assert "DONE" in r.stdout, r.stderr
+    assert "Read-only file system" in r.stderr
+    assert snapshot(ws) == before
+
+
+@pytest.mark.parametrize("home", ["/", "/usr", "/etc", "/usr/lib"])
+def test_hostile_home_refused(ws, home):
+    r = subprocess.run([MOAT, "run", "-w", str(ws), "--", "true"], capture_output=True,
+                       text=True, env={**moat_env(), "HOME": home}, timeout=30)
+    assert r.returncode == 125
+    assert f"HOME={home}" in r.stderr
+
+
+def test_scan_budget_fails_closed(run, ws):
+    """A tree too big to scan for nested protected names is refused rather
+    than run with the names past the budget unprotected."""
+    big = ws / "big"
+    big.mkdir()
+    for i in range(50001):
+        (big / f"f{i}").touch()
+    sub = ws / "zsub"
+    (sub / ".git" / "hooks").mkdir(parents=True)
+    r = run.sh('echo x > zsub/.git/hooks/post-checkout; echo RAN')
+    assert r.returncode == 125, r.stderr
+    assert "RAN" not in r.stdout and "entries" in r.stderr
+    assert not (sub / ".git" / "hooks" / "post-checkout").exists()

@@ -29,14 +29,16 @@ done
 # told to do what moat does by default for it (workspace writable, the
 # protected names read-only, /root and /home hidden).
 eq="$ws/eq"
-mkdir -p "$eq/.git/hooks" "$eq/.vscode" "$eq/.idea" "$eq/.claude/commands" "$eq/.claude/agents"
+DIRS=".git/hooks .git/modules .git/worktrees .vscode .idea .claude/commands .claude/agents .claude/hooks"
+for d in $DIRS; do mkdir -p "$eq/$d"; done
 BWRAP_EQ="bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp --tmpfs /root --tmpfs /home --bind $eq $eq"
-for f in .bashrc .bash_profile .bash_login .profile .zshrc .zprofile .zshenv .bash_logout \
-	 .gitconfig .gitmodules .git/config .mcp.json .ripgreprc; do
+for f in .bashrc .bash_profile .bash_login .profile .bash_logout .bash_aliases .zshrc \
+	 .zprofile .zshenv .zlogin .gitconfig .gitmodules .git/config .git/config.worktree \
+	 .mcp.json .ripgreprc .claude/settings.json .claude/settings.local.json; do
 	: > "$eq/$f"
 	BWRAP_EQ="$BWRAP_EQ --ro-bind $eq/$f $eq/$f"
 done
-for d in .git/hooks .vscode .idea .claude/commands .claude/agents; do
+for d in $DIRS; do
 	BWRAP_EQ="$BWRAP_EQ --ro-bind $eq/$d $eq/$d"
 done
 BWRAP_EQ="$BWRAP_EQ --chdir $eq /bin/true"

@@ -284,13 +284,21 @@ static int make_mountpoint(const char *path, bool dir, struct moat_err *e)
 	return 0;
 }
 
+/* The object an O_PATH descriptor refers to (a symlink itself, when opened
+ * O_NOFOLLOW), as a path mount(2) can take: the magic link in the host's
+ * /proc, which is still reachable while the tree is being built. */
+static void fd_path(int fd, char *buf, size_t cap)
+{
+	snprintf(buf, cap, OLD "/proc/self/fd/%d", fd);
+}
+
 int jail_mount_onto(const char *src, int fd, const char *what, struct moat_err *e)
 {
-	/* src lives on a read-only mount: the clone inherits its flags */
-	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
-	if (t < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", src);
-	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+	/* One bind: src lives on a read-only, nosuid, nodev, noexec mount and
+	 * a bind inherits its flags. */
+	char target[64];
+	fd_path(fd, target, sizeof target);
+	if (mount(src, target, NULL, MS_BIND, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mask %s", what);
 	return 0;
 }
@@ -311,11 +319,9 @@ int jail_mount_ro_self(int fd, const char *what, struct moat_err *e)
 
 int jail_mount_pin(int fd, const char *what, struct moat_err *e)
 {
-	_cleanup_close_ int t = open_tree(fd, "", OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC |
-					   AT_EMPTY_PATH | AT_RECURSIVE);
-	if (t < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", what);
-	if (move_mount(t, "", fd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+	char path[64];
+	fd_path(fd, path, sizeof path);
+	if (mount(path, path, NULL, MS_BIND | MS_REC, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pin %s", what);
 	return 0;
 }

@@ -26,6 +26,7 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <linux/futex.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -456,15 +457,12 @@ static int op_mask(int rootfd, const struct mop *op, struct moat_err *e)
 static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 		      struct moat_err *e)
 {
-	/* Wait for the host's placeholders (it is done long before, mostly);
-	 * if it died meanwhile the parent-death signal ends us. */
-	for (int spins = 0; !__atomic_load_n(&c->go[JAIL_GO_PROTECT], __ATOMIC_ACQUIRE); spins++) {
-		if (spins < 100000) {
-			__builtin_ia32_pause();
-		} else {
-			struct timespec ts = {0, 100000};
-			nanosleep(&ts, NULL);
-		}
+	/* Wait for the host's placeholders (mostly done long before). A futex
+	 * on the shared page: no CPU burnt while the host is still creating
+	 * them; if it dies meanwhile, the parent-death signal ends us. */
+	while (!__atomic_load_n(&c->go[JAIL_GO_PROTECT], __ATOMIC_ACQUIRE)) {
+		struct timespec ts = {0, 100 * 1000 * 1000};
+		syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAIT, 0, &ts, NULL, 0);
 	}
 	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
 	if (fd < 0)

@@ -27,7 +27,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
+#include <linux/futex.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
@@ -273,6 +275,7 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 			jail_protect_parent(c->ops[i].dst, c->ops[i].names, &c->ops[i].extra,
 					    &c->ops[i].watch);
 	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
+	syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAKE, 1, NULL, NULL, 0);
 	/* sync_wr stays open: its closing tells the child we died. */
 	struct jail_msg m;
 	ssize_t n;

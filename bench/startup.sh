@@ -21,8 +21,14 @@ BWRAP="bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --dev /
 echo "moat: $MOAT ($(id -un)); bwrap $(bwrap --version | cut -d' ' -f2); $(nproc) CPUs; kernel $(uname -r)"
 i=1
 while [ "$i" -le "$ROUNDS" ]; do
-	hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/round$i.json" \
-		-n moat "$MOAT run -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
+	# alternate which goes first: the machine's speed drifts within a round
+	if [ $((i % 2)) = 1 ]; then
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/round$i.json" \
+			-n moat "$MOAT run -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
+	else
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/round$i.json" \
+			-n bwrap "$BWRAP" -n moat "$MOAT run -- /bin/true" >/dev/null 2>&1
+	fi
 	i=$((i + 1))
 done
 # Equal work: a workspace that has every protected name, and bubblewrap
@@ -44,8 +50,13 @@ done
 BWRAP_EQ="$BWRAP_EQ --chdir $eq /bin/true"
 i=1
 while [ "$i" -le "$ROUNDS" ]; do
-	hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
-		-n moat "$MOAT run -w $eq -- /bin/true" -n bwrap "$BWRAP_EQ" >/dev/null 2>&1
+	if [ $((i % 2)) = 1 ]; then
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
+			-n moat "$MOAT run -w $eq -- /bin/true" -n bwrap "$BWRAP_EQ" >/dev/null 2>&1
+	else
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
+			-n bwrap "$BWRAP_EQ" -n moat "$MOAT run -w $eq -- /bin/true" >/dev/null 2>&1
+	fi
 	i=$((i + 1))
 done
 python3 - "$ws" "$ROUNDS" <<'PY'

@@ -142,8 +142,34 @@ static int pin_path(int rootfd, const char *root, const char *rel,
 }
 
 /* Create the placeholder of one target at its first missing component. */
-static void place_one(int rootfd, const char *rel)
+/* File placeholders of one root share an inode: after the first, each is a
+ * hard link to it. Creating and removing them is on every run's path, and
+ * a link costs the filesystem (and its journal) less than a new inode. */
+struct placer {
+	int rootfd;
+	int first; /* O_PATH descriptor of the first file placeholder, or -1 */
+};
+
+static void place_file(struct placer *pl, int dirfd, const char *name)
 {
+	if (pl->first >= 0) {
+		/* by /proc path: AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH */
+		char self[64];
+		snprintf(self, sizeof self, "/proc/self/fd/%d", pl->first);
+		if (linkat(AT_FDCWD, self, dirfd, name, AT_SYMLINK_FOLLOW) == 0)
+			return;
+	}
+	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (f < 0)
+		return;
+	close(f);
+	if (pl->first < 0)
+		pl->first = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+}
+
+static void place_one(struct placer *pl, const char *rel)
+{
+	int rootfd = pl->rootfd;
 	char buf[PATH_MAX], *comp[64];
 	bool leaf_dir;
 	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
@@ -159,10 +185,7 @@ static void place_one(int rootfd, const char *rel)
 				if (mkdirat(cur, comp[i], 0) < 0)
 					break;
 			} else {
-				int f = openat(cur, comp[i], O_CREAT | O_EXCL | O_WRONLY |
-								  O_NOFOLLOW | O_CLOEXEC, 0);
-				if (f >= 0)
-					close(f);
+				place_file(pl, cur, comp[i]);
 			}
 			break;
 		}
@@ -189,7 +212,13 @@ void jail_protect_parent(const char *root, const char *const *names,
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	each_target(fd, names, extra, place_one);
+	struct placer pl = {.rootfd = fd, .first = -1};
+	for (size_t i = 0; names && names[i]; i++)
+		place_one(&pl, names[i]);
+	for (size_t i = 0; extra && i < extra->n; i++)
+		place_one(&pl, extra->v[i]);
+	if (pl.first >= 0)
+		close(pl.first);
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
 		struct stat st;
 		if (fstatat(fd, moat_mandatory_deny_existing[i], &st, AT_SYMLINK_NOFOLLOW) < 0 &&

@@ -172,6 +172,11 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			add_op(c, MOP_TMPFS, NULL, home, 0, LL_RW)->mode = 0700;
 	}
 
+	/* kernel filesystems, before the host binds: a workspace may live
+	 * below /dev/shm */
+	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
+	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
+
 	/* 2. host binds: allow-read, allow-write, the workspace */
 	size_t nb = p->allow_read.n + p->allow_write.n + 1;
 	_cleanup_free_ struct bind *b = calloc(nb, sizeof *b);
@@ -200,11 +205,8 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			return -1;
 	}
 
-	/* 3. kernel filesystems */
-	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
-	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
 
-	/* 4. masks: secrets, then the policy's deny-read; only where a host
+	/* 3. masks: secrets, then the policy's deny-read; only where a host
 	 * bind makes them visible at all */
 	for (size_t i = 0; i < p->hidden.n; i++)
 		if (visible(c, p->hidden.v[i]))
@@ -213,7 +215,7 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		if (visible(c, p->deny_read.v[i]))
 			add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
 
-	/* 5. write protection inside every host-backed writable root */
+	/* 4. write protection inside every host-backed writable root */
 	for (size_t i = 0; i < k; i++) {
 		if (!b[i].protect)
 			continue;

@@ -521,3 +521,19 @@ def test_version_help_doctor(moat):
     assert r.returncode == 0 and "--workspace" in r.stdout
     r = subprocess.run([moat, "doctor"], capture_output=True, text=True)
     assert r.returncode == 0 and "Landlock" in r.stdout
+
+
+def test_workspace_under_dev_shm(run):
+    """A workspace below a directory the sandbox gets its own copy of
+    (/dev/shm) is still the host's directory inside."""
+    ws = f"/dev/shm/moat-e2e-ws-{uid_tag()}"
+    os.mkdir(ws)
+    try:
+        r = run.sh('pwd; echo hi > f; echo x > .bashrc; echo DONE', ws=ws)
+        assert "DONE" in r.stdout, r.stderr
+        assert r.stdout.splitlines()[0] == ws
+        assert open(os.path.join(ws, "f")).read() == "hi\n"
+        assert not os.path.exists(os.path.join(ws, ".bashrc"))
+        assert sorted(os.listdir(ws)) == ["f"]
+    finally:
+        subprocess.run(["rm", "-rf", ws], check=False)

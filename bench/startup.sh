@@ -59,6 +59,21 @@ while [ "$i" -le "$ROUNDS" ]; do
 	fi
 	i=$((i + 1))
 done
+# The same as 1., with the workspace on tmpfs: what the placeholders cost
+# on a journalling filesystem (ext4 here).
+shm=$(mktemp -d /dev/shm/moat-bench.XXXXXX)
+i=1
+while [ "$i" -le "$ROUNDS" ]; do
+	if [ $((i % 2)) = 1 ]; then
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/shm$i.json" \
+			-n moat "$MOAT run -w $shm -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
+	else
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/shm$i.json" \
+			-n bwrap "$BWRAP" -n moat "$MOAT run -w $shm -- /bin/true" >/dev/null 2>&1
+	fi
+	i=$((i + 1))
+done
+rm -rf "$shm"
 python3 - "$ws" "$ROUNDS" <<'PY'
 import json, statistics, sys
 ws, rounds = sys.argv[1], int(sys.argv[2])
@@ -74,4 +89,5 @@ def table(prefix, title):
           f"median ratio moat/bwrap {statistics.median(ratios):.2f}")
 table("round", "1. the issue's comparison: moat's default in an empty workspace vs bwrap --unshare-all --ro-bind / /")
 table("eq", "2. equal work: workspace with every protected name; bwrap given the same read-only binds and hidden homes")
+table("shm", "3. as 1., with moat's empty workspace on tmpfs (/dev/shm) instead of ext4")
 PY

@@ -246,6 +246,33 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 						    "protected secrets path",
 						    p->allow_write.v[i]);
 	}
+	/* No writable system directory, whatever path led there: run as root,
+	 * a writable root-owned directory is id-mapped to the sandbox, which
+	 * would then own /etc. A symlink planted by an earlier run could point
+	 * a workspace path there. */
+	if (p->fs_base != MOAT_FS_HOST_WRITE) {
+		static const char *const sys[] = {"/etc", "/usr", "/bin", "/sbin", "/lib",
+						  "/lib32", "/lib64", "/libx32", "/boot",
+						  "/proc", "/sys", "/dev", NULL};
+		/* (/dev/shm is everyone's scratch space, not a system directory) */
+#define SYSDIR(path, i) (moat_path_within(path, sys[i]) && !moat_path_within(path, "/dev/shm"))
+		for (size_t i = 0; sys[i]; i++) {
+			if (p->workspace_write && SYSDIR(real, i))
+				return moat_err_set(e, MOAT_E_USAGE, 0,
+						    "workspace %s is a system directory; "
+						    "refusing to make it writable (use "
+						    "--mode danger-full-access)", real);
+			for (size_t j = 0; j < p->allow_write.n; j++)
+				if (SYSDIR(p->allow_write.v[j], i))
+					return moat_err_set(e, MOAT_E_USAGE, 0,
+							    "%s: %s is a system directory; "
+							    "refusing to make it writable",
+							    origin_of(p, p->allow_write.v[j],
+								      "allow-write"),
+							    p->allow_write.v[j]);
+		}
+#undef SYSDIR
+	}
 	/* A workspace inside a writable path is writable (srt lists "." in
 	 * allowWrite); the workspace itself needs no second bind. */
 	struct moat_strv aw = {0};

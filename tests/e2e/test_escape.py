@@ -24,7 +24,7 @@ import time
 
 import pytest
 
-from conftest import (HIDDEN_IN_HOME, IS_ROOT, MANDATORY_DENY, MOAT, PY,
+from conftest import (HIDDEN_IN_HOME, IS_ROOT, MANDATORY_DENY, MOAT, PY, SH,
                       alive, diff_snap, force_rmtree, host_lexists, moat_cgroup_dirs,
                       moat_env, pids_with, proc_status, real_home, run_in_pty, Runner,
                       sha, sleep_marker, sleep_started, snapshot, uid_tag, wait_until)
@@ -1505,3 +1505,26 @@ def test_scan_budget_fails_closed(run, ws):
     assert r.returncode == 125, r.stderr
     assert "RAN" not in r.stdout and "entries" in r.stderr
     assert not (sub / ".git" / "hooks" / "post-checkout").exists()
+
+
+@pytest.mark.parametrize("target", ["/etc", "/usr/local", "/usr/lib"])
+def test_workspace_symlink_into_system_dir_refused(base, target):
+    """A workspace path that an earlier run turned into a symlink to a system
+    directory must not make that directory writable (run as root it would be
+    id-mapped to the sandbox)."""
+    link = base / "ws-link"
+    os.symlink(target, link)
+    before = sorted(os.listdir(target))
+    r = subprocess.run([MOAT, "run", "-w", str(link), "--", SH, "-c",
+                        "touch moat-e2e-planted; echo RAN"],
+                       capture_output=True, text=True, env=moat_env(), timeout=30)
+    assert r.returncode == 125, r.stderr
+    assert "system directory" in r.stderr and target in r.stderr
+    assert "RAN" not in r.stdout
+    assert sorted(os.listdir(target)) == before
+
+
+def test_allow_write_system_dir_refused(run):
+    r = run.sh("touch /usr/local/moat-e2e-planted; echo RAN", "--allow-write", "/usr/local")
+    assert r.returncode == 125 and "system directory" in r.stderr
+    assert not os.path.exists("/usr/local/moat-e2e-planted")

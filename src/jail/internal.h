@@ -44,6 +44,8 @@ struct mop {
 	const char *const *names; /* MOP_PROTECT: relative names */
 	struct moat_strv extra;   /* MOP_PROTECT: user deny-write paths (relative) */
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
+	struct moat_strv secrets; /* MOP_PROTECT: missing secrets paths (relative):
+				   * parents created for real, the leaf protected */
 };
 
 /* ---- the per-spawn context ------------------------------------------- */
@@ -115,7 +117,8 @@ int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
-		       const struct moat_strv *extra, struct moat_err *e);
+		       const struct moat_strv *extra, const struct moat_strv *secrets,
+		       struct moat_err *e);
 /* Host side, right after clone (in parallel with the child's first mounts):
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */
@@ -124,7 +127,7 @@ void jail_protect_parent(const char *root, const char *const *names,
 /* Host side, after the run: remove placeholders this or earlier runs left,
  * unless another sandbox still uses the root. */
 void jail_protect_cleanup(const char *root, const char *const *names,
-			  const struct moat_strv *extra);
+			  const struct moat_strv *extra, const struct moat_strv *secrets);
 /* Host side, after the run: remove what the sandbox created at watched
  * names (moat_mandatory_deny_existing); warn(arg, msg) for each. */
 void jail_protect_sweep(const char *root, const struct moat_strv *watch,

@@ -70,6 +70,7 @@ void jail_mount_free(struct jail_ctx *c)
 		free(c->ops[i].dst);
 		moat_strv_free(&c->ops[i].extra);
 		moat_strv_free(&c->ops[i].watch);
+		moat_strv_free(&c->ops[i].secrets);
 		if (c->ops[i].fd >= 0)
 			close(c->ops[i].fd);
 	}
@@ -234,7 +235,7 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			struct stat st;
 			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0 &&
 			    lstat(h, &st) < 0 && errno == ENOENT)
-				moat_strv_add(&op->extra, h + rl);
+				moat_strv_add(&op->secrets, h + rl);
 		}
 		moat_strv_add(&c->protect_roots, b[i].path);
 	}
@@ -469,7 +470,7 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
-	return jail_protect_child(fd, op->dst, op->names, &op->extra, e);
+	return jail_protect_child(fd, op->dst, op->names, &op->extra, &op->secrets, e);
 }
 
 static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_err *e)

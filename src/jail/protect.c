@@ -43,8 +43,10 @@
 #define SCAN_BUDGET 50000
 
 struct target {
-	char *rel;   /* relative to the root; trailing '/' = a directory */
-	bool create; /* may create a placeholder (top of the root only) */
+	char *rel;      /* relative to the root; trailing '/' = a directory */
+	bool create;    /* may create a placeholder (top of the root only) */
+	bool mkparents; /* missing parents become real directories (secrets in a
+			 * home: ~/.config must stay creatable for .config/gcloud) */
 };
 
 struct targets {
@@ -52,7 +54,7 @@ struct targets {
 	size_t n;
 };
 
-static void add_target(struct targets *t, const char *rel, bool create)
+static void add_target(struct targets *t, const char *rel, bool create, bool mkparents)
 {
 	struct target *nv = realloc(t->v, (t->n + 1) * sizeof *nv);
 	if (!nv) {
@@ -62,6 +64,7 @@ static void add_target(struct targets *t, const char *rel, bool create)
 	t->v = nv;
 	t->v[t->n].rel = moat_strdupf("%s", rel);
 	t->v[t->n].create = create;
+	t->v[t->n].mkparents = mkparents;
 	t->n++;
 }
 
@@ -247,7 +250,7 @@ void jail_protect_sweep(const char *root, const struct moat_strv *watch,
 
 /* Phase 2: make one target read-only (see the top of this file). */
 static int protect_one(int rootfd, const char *root, const char *rel, bool create,
-		       struct moat_err *e)
+		       bool mkparents, struct moat_err *e)
 {
 	char buf[PATH_MAX], *comp[64];
 	bool leaf_dir;
@@ -268,6 +271,18 @@ static int protect_one(int rootfd, const char *root, const char *rel, bool creat
 		}
 		if (fd < 0 && !create)
 			return 0;
+		if (fd < 0 && mkparents && !last) {
+			/* a real (owner-only) parent, made as the sandbox user */
+			if (mkdirat(cur, comp[i], 0700) < 0 && errno != EEXIST)
+				return harmless(errno) ? 0 : moat_err_set(e, MOAT_E_SYSTEM, errno,
+									 "protect %s", what);
+			fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
+			close(cur);
+			cur = steal_fd(&fd);
+			continue;
+		}
 		if (fd < 0) {
 			int r;
 			if (!last || leaf_dir) {
@@ -340,7 +355,7 @@ static void scan(int dirfd, const char *rel, const char *const *names, int depth
 				    (names[i][nl] == '\0' || names[i][nl] == '/')) {
 					char t[PATH_MAX];
 					snprintf(t, sizeof t, "%s/%s", rel, names[i]);
-					add_target(out, t, false);
+					add_target(out, t, false, false);
 				}
 		}
 		if (depth >= SCAN_DEPTH || skip_dir(nm))
@@ -363,15 +378,18 @@ static void scan(int dirfd, const char *rel, const char *const *names, int depth
 }
 
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
-		       const struct moat_strv *extra, struct moat_err *e)
+		       const struct moat_strv *extra, const struct moat_strv *secrets,
+		       struct moat_err *e)
 {
 	struct targets t = {0};
 	for (size_t i = 0; names && names[i]; i++)
-		add_target(&t, names[i], true);
+		add_target(&t, names[i], true, false);
 	for (size_t i = 0; extra && i < extra->n; i++)
-		add_target(&t, extra->v[i], true);
+		add_target(&t, extra->v[i], true, false);
+	for (size_t i = 0; secrets && i < secrets->n; i++)
+		add_target(&t, secrets->v[i], true, true);
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++)
-		add_target(&t, moat_mandatory_deny_existing[i], false);
+		add_target(&t, moat_mandatory_deny_existing[i], false, false);
 	size_t budget = SCAN_BUDGET;
 	if (names)
 		scan(rootfd, "", names, 0, &budget, &t);
@@ -389,7 +407,7 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 	for (size_t i = 0; r == 0 && i < t.n; i++)
 		r = pin_path(rootfd, root, t.v[i].rel, &pinned, e);
 	for (size_t i = 0; r == 0 && i < t.n; i++)
-		r = protect_one(rootfd, root, t.v[i].rel, t.v[i].create, e);
+		r = protect_one(rootfd, root, t.v[i].rel, t.v[i].create, t.v[i].mkparents, e);
 	moat_strv_free(&pinned);
 	free_targets(&t);
 	return r;
@@ -421,13 +439,15 @@ static void cleanup_one(int rootfd, const char *rel)
 }
 
 void jail_protect_cleanup(const char *root, const char *const *names,
-			  const struct moat_strv *extra)
+			  const struct moat_strv *extra, const struct moat_strv *secrets)
 {
 	_cleanup_close_ int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	/* Another sandbox still running on this root holds a shared lock
 	 * and still needs the placeholders as mount points. */
-	if (flock(fd, LOCK_EX | LOCK_NB) == 0)
+	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
 		each_target(fd, names, extra, cleanup_one);
+		each_target(fd, NULL, secrets, cleanup_one);
+	}
 }

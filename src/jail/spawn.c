@@ -358,7 +358,7 @@ static void release_roots(struct moat_jail *j)
 		const struct mop *op = &j->c.ops[i];
 		if (op->kind != MOP_PROTECT)
 			continue;
-		jail_protect_cleanup(op->dst, op->names, &op->extra);
+		jail_protect_cleanup(op->dst, op->names, &op->extra, &op->secrets);
 		jail_protect_sweep(op->dst, &op->watch, j->warn, j->warn_arg);
 	}
 }

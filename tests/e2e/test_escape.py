@@ -1528,3 +1528,19 @@ def test_allow_write_system_dir_refused(run):
     r = run.sh("touch /usr/local/moat-e2e-planted; echo RAN", "--allow-write", "/usr/local")
     assert r.returncode == 125 and "system directory" in r.stderr
     assert not os.path.exists("/usr/local/moat-e2e-planted")
+
+
+def test_secret_parent_stays_creatable_in_writable_home(run, base):
+    """With a writable home that has no ~/.config, ~/.config itself can be
+    created (it is made for real, owned like the home); only the secret
+    below it (.config/gcloud) and ~/.ssh stay uncreatable."""
+    home = base / "home"
+    home.mkdir()
+    r = run.sh('mkdir -p ~/.config/tool && echo OK1; mkdir ~/.config/gcloud 2>/dev/null || echo BLOCKED; '
+               'mkdir -p ~/.ssh 2>/dev/null; echo k > ~/.ssh/authorized_keys 2>/dev/null || echo BLOCKED2',
+               ws=str(home), env={**moat_env(), "HOME": str(home)})
+    assert "OK1" in r.stdout and "BLOCKED" in r.stdout and "BLOCKED2" in r.stdout, (r.stdout, r.stderr)
+    assert (home / ".config" / "tool").is_dir()
+    assert not (home / ".config" / "gcloud").exists()
+    assert not (home / ".ssh").exists()
+    assert (home / ".config").stat().st_uid == home.stat().st_uid

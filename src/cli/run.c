@@ -95,9 +95,11 @@ static char *find_home(void)
 static int add_path(struct moat_policy *p, struct moat_strv *list, const char *arg,
 		    const char *cwd, const char *home, const char *what, struct moat_err *e)
 {
+	size_t before = list->n;
 	if (moat_policy_add_path(list, arg, cwd, home, what, e) < 0)
 		return -1;
-	moat_policy_note_origin(p, list->v[list->n - 1], what);
+	if (list->n > before)
+		moat_policy_note_origin(p, list->v[list->n - 1], what);
 	return 0;
 }
 

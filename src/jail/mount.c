@@ -164,6 +164,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 					    "(it would cover system directories); set HOME to "
 					    "a home directory", home);
 	}
+	/* kernel filesystems before anything private or host-bound: a home or
+	 * a workspace may live below /dev/shm */
+	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
+	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
 	if (p->fs_base != MOAT_FS_HOST_WRITE) {
 		add_op(c, MOP_TMPFS, NULL, "/tmp", 0, LL_RW)->mode = 01777;
 		/* A private, empty home unless the policy shows the real one. */
@@ -173,10 +177,6 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			add_op(c, MOP_TMPFS, NULL, home, 0, LL_RW)->mode = 0700;
 	}
 
-	/* kernel filesystems, before the host binds: a workspace may live
-	 * below /dev/shm */
-	add_op(c, MOP_PROC, NULL, "/proc", 0, LL_PROC);
-	add_op(c, MOP_DEV, NULL, "/dev", 0, LL_DEV);
 
 	/* 2. host binds: allow-read, allow-write, the workspace */
 	size_t nb = p->allow_read.n + p->allow_write.n + 1;
@@ -233,8 +233,11 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		for (size_t j = 0; j < p->hidden.n; j++) {
 			const char *h = p->hidden.v[j];
 			struct stat st;
-			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0 &&
-			    lstat(h, &st) < 0 && errno == ENOENT)
+			/* every one, existing or not: an existing secret is masked
+			 * already (protect leaves it), a placeholder left by a killed
+			 * run is masked again and cleaned up afterwards */
+			(void)st;
+			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0)
 				moat_strv_add(&op->secrets, h + rl);
 		}
 		moat_strv_add(&c->protect_roots, b[i].path);

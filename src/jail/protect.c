@@ -145,29 +145,16 @@ static int pin_path(int rootfd, const char *root, const char *rel,
 }
 
 /* Create the placeholder of one target at its first missing component. */
-/* File placeholders of one root share an inode: after the first, each is a
- * hard link to it. Creating and removing them is on every run's path, and
- * a link costs the filesystem (and its journal) less than a new inode. */
 struct placer {
 	int rootfd;
-	int first; /* O_PATH descriptor of the first file placeholder, or -1 */
 };
 
 static void place_file(struct placer *pl, int dirfd, const char *name)
 {
-	if (pl->first >= 0) {
-		/* by /proc path: AT_EMPTY_PATH would need CAP_DAC_READ_SEARCH */
-		char self[64];
-		snprintf(self, sizeof self, "/proc/self/fd/%d", pl->first);
-		if (linkat(AT_FDCWD, self, dirfd, name, AT_SYMLINK_FOLLOW) == 0)
-			return;
-	}
+	(void)pl;
 	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-	if (f < 0)
-		return;
-	close(f);
-	if (pl->first < 0)
-		pl->first = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	if (f >= 0)
+		close(f);
 }
 
 static void place_one(struct placer *pl, const char *rel)
@@ -215,13 +202,11 @@ void jail_protect_parent(const char *root, const char *const *names,
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	struct placer pl = {.rootfd = fd, .first = -1};
+	struct placer pl = {.rootfd = fd};
 	for (size_t i = 0; names && names[i]; i++)
 		place_one(&pl, names[i]);
 	for (size_t i = 0; extra && i < extra->n; i++)
 		place_one(&pl, extra->v[i]);
-	if (pl.first >= 0)
-		close(pl.first);
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
 		struct stat st;
 		if (fstatat(fd, moat_mandatory_deny_existing[i], &st, AT_SYMLINK_NOFOLLOW) < 0 &&
@@ -241,9 +226,30 @@ void jail_protect_sweep(const char *root, const struct moat_strv *watch,
 		if (fstatat(fd, watch->v[i], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
 			continue;
 		char msg[PATH_MAX + 128];
-		snprintf(msg, sizeof msg, "removed %s/%s, which the sandbox created "
-			 "(it would redirect git's config and hooks)", root, watch->v[i]);
-		if (unlinkat(fd, watch->v[i], 0) == 0 && warn)
+		int r = unlinkat(fd, watch->v[i], 0);
+		if (r < 0 && errno == EACCES) {
+			/* the sandbox made the directory read-only (chmod 555 .git):
+			 * we are its owner, make it writable again */
+			char parent[PATH_MAX];
+			snprintf(parent, sizeof parent, "%s", watch->v[i]);
+			char *slash = strrchr(parent, '/');
+			struct stat pst;
+			if (slash) {
+				*slash = '\0';
+				if (fstatat(fd, parent, &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
+				    S_ISDIR(pst.st_mode) &&
+				    fchmodat(fd, parent, (pst.st_mode & 07777) | S_IRWXU, 0) == 0)
+					r = unlinkat(fd, watch->v[i], 0);
+			}
+		}
+		if (r == 0)
+			snprintf(msg, sizeof msg, "removed %s/%s, which the sandbox created "
+				 "(it would redirect git's config and hooks)", root, watch->v[i]);
+		else
+			snprintf(msg, sizeof msg, "the sandbox created %s/%s and it could not be "
+				 "removed (%s): remove it before using git there",
+				 root, watch->v[i], strerror(errno));
+		if (warn)
 			warn(arg, msg);
 	}
 }
@@ -276,6 +282,13 @@ static int protect_one(int rootfd, const char *root, const char *rel, bool creat
 			if (mkdirat(cur, comp[i], 0700) < 0 && errno != EEXIST)
 				return harmless(errno) ? 0 : moat_err_set(e, MOAT_E_SYSTEM, errno,
 									 "protect %s", what);
+			fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
+			if (fd < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
+			/* pinned like any directory on the way to a protected name */
+			if (jail_mount_pin(fd, what, e) < 0)
+				return -1;
+			close(fd);
 			fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 			if (fd < 0)
 				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 const char *const moat_mandatory_deny[] = {
 	/* shell start-up */
@@ -117,6 +118,30 @@ static const char *origin_of(const struct moat_policy *p, const char *path,
 		if (strncmp(p->origins.v[i], path, n) == 0 && p->origins.v[i][n] == '\x1f')
 			return p->origins.v[i] + n + 1;
 	return fallback;
+}
+
+/* A path no root-run sandbox may write: below these trees (devices,
+ * character files like /dev/null, are fine: nodev), or exactly one of the
+ * top-level directories that hold other users' and services' data. */
+static bool system_path(const char *path)
+{
+	static const char *const trees[] = {"/etc", "/usr", "/bin", "/sbin", "/lib",
+					    "/lib32", "/lib64", "/libx32", "/boot",
+					    "/proc", "/sys", "/dev", "/var", "/run", NULL};
+	static const char *const exact[] = {"/root", "/home", "/opt", "/srv", "/mnt",
+					    "/media", "/tmp", NULL};
+	struct stat st;
+	if (stat(path, &st) == 0 && !S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode))
+		return false;
+	if (moat_path_within(path, "/dev/shm") || moat_path_within(path, "/var/tmp"))
+		return false; /* everyone's scratch space */
+	for (size_t i = 0; trees[i]; i++)
+		if (moat_path_within(path, trees[i]))
+			return true;
+	for (size_t i = 0; exact[i]; i++)
+		if (strcmp(path, exact[i]) == 0)
+			return true;
+	return false;
 }
 
 static bool env_name_ok(const char *s, size_t n)
@@ -246,32 +271,27 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 						    "protected secrets path",
 						    p->allow_write.v[i]);
 	}
-	/* No writable system directory, whatever path led there: run as root,
-	 * a writable root-owned directory is id-mapped to the sandbox, which
-	 * would then own /etc. A symlink planted by an earlier run could point
-	 * a workspace path there. */
-	if (p->fs_base != MOAT_FS_HOST_WRITE) {
-		static const char *const sys[] = {"/etc", "/usr", "/bin", "/sbin", "/lib",
-						  "/lib32", "/lib64", "/libx32", "/boot",
-						  "/proc", "/sys", "/dev", NULL};
-		/* (/dev/shm is everyone's scratch space, not a system directory) */
-#define SYSDIR(path, i) (moat_path_within(path, sys[i]) && !moat_path_within(path, "/dev/shm"))
-		for (size_t i = 0; sys[i]; i++) {
-			if (p->workspace_write && SYSDIR(real, i))
+	/* Run as root, a writable host directory is id-mapped to the sandbox,
+	 * which then writes it with its owner's rights (root's, for system
+	 * directories). So no writable system directory, whatever path led
+	 * there (a symlink planted by an earlier run): the trees below, and
+	 * some top-level directories themselves. Rootless runs write with the
+	 * user's own rights and need no such rule. */
+	if (p->fs_base != MOAT_FS_HOST_WRITE && geteuid() == 0) {
+		for (size_t j = 0; j <= p->allow_write.n; j++) {
+			const char *w = j < p->allow_write.n ? p->allow_write.v[j]
+							     : (p->workspace_write ? real : NULL);
+			if (!w || !system_path(w))
+				continue;
+			if (j == p->allow_write.n)
 				return moat_err_set(e, MOAT_E_USAGE, 0,
-						    "workspace %s is a system directory; "
-						    "refusing to make it writable (use "
-						    "--mode danger-full-access)", real);
-			for (size_t j = 0; j < p->allow_write.n; j++)
-				if (SYSDIR(p->allow_write.v[j], i))
-					return moat_err_set(e, MOAT_E_USAGE, 0,
-							    "%s: %s is a system directory; "
-							    "refusing to make it writable",
-							    origin_of(p, p->allow_write.v[j],
-								      "allow-write"),
-							    p->allow_write.v[j]);
+						    "workspace %s is a system directory; refusing "
+						    "to make it writable (use --mode "
+						    "danger-full-access)", real);
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "%s: %s is a system directory; refusing to "
+					    "make it writable", origin_of(p, w, "allow-write"), w);
 		}
-#undef SYSDIR
 	}
 	/* A workspace inside a writable path is writable (srt lists "." in
 	 * allowWrite); the workspace itself needs no second bind. */

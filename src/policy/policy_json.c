@@ -82,10 +82,12 @@ static int get_paths(struct ctx *c, json_t *parent, const char *key,
 			return fail(c, path, "[%zu] must be a non-empty string", i);
 		char what[256];
 		snprintf(what, sizeof what, "%s: %s[%zu]", c->file, path, i);
+		size_t before = list->n;
 		if (moat_policy_add_path(list, json_string_value(v), c->cwd,
 					 c->home, what, c->e) < 0)
 			return -1;
-		moat_policy_note_origin(c->p, list->v[list->n - 1], what);
+		if (list->n > before) /* not a duplicate */
+			moat_policy_note_origin(c->p, list->v[list->n - 1], what);
 	}
 	return 0;
 }

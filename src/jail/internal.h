@@ -75,6 +75,12 @@ struct jail_ctx {
 };
 
 #define JAIL_GO_PROTECT 1
+/* The shared page: two ints of news, then the child's report of nested
+ * repositories without a .git/commondir ("<op index>:<rel>/.git/commondir\0"...),
+ * which the host watches like the top-level one. */
+#define JAIL_SHARED_SIZE 4096
+#define JAIL_REPORT(go) ((char *)((go) + 2))
+#define JAIL_REPORT_CAP (JAIL_SHARED_SIZE - 2 * sizeof(int))
 
 /* Message a child sends when setup fails. One write, < PIPE_BUF. */
 struct jail_msg {
@@ -118,7 +124,7 @@ int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, const struct moat_strv *secrets,
-		       struct moat_err *e);
+		       int opidx, char *report, size_t report_cap, struct moat_err *e);
 /* Host side, right after clone (in parallel with the child's first mounts):
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */

@@ -473,7 +473,12 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
-	return jail_protect_child(fd, op->dst, op->names, &op->extra, &op->secrets, e);
+	size_t used = 0;
+	char *rep = JAIL_REPORT(c->go);
+	while (used < JAIL_REPORT_CAP && rep[used]) /* earlier roots' records */
+		used += strlen(rep + used) + 1;
+	return jail_protect_child(fd, op->dst, op->names, &op->extra, &op->secrets,
+				  (int)(op - c->ops), rep + used, JAIL_REPORT_CAP - used, e);
 }
 
 static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_err *e)

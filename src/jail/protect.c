@@ -35,6 +35,8 @@
 #include <string.h>
 #include <sys/file.h>
 #include <sys/stat.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 /* Existing names deeper in the tree are found by a bounded scan: depth and
@@ -52,6 +54,7 @@ struct target {
 struct targets {
 	struct target *v;
 	size_t n;
+	struct moat_strv nested_git; /* rel/.git/commondir that do not exist */
 };
 
 static void add_target(struct targets *t, const char *rel, bool create, bool mkparents)
@@ -222,26 +225,32 @@ void jail_protect_sweep(const char *root, const struct moat_strv *watch,
 		return;
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	for (size_t i = 0; fd >= 0 && i < watch->n; i++) {
-		struct stat st;
-		if (fstatat(fd, watch->v[i], &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISDIR(st.st_mode))
+		/* the parent is opened beneath the root without following any
+		 * symlink: the sandbox had all run long to plant some */
+		char dir[PATH_MAX];
+		snprintf(dir, sizeof dir, "%s", watch->v[i]);
+		char *slash = strrchr(dir, '/');
+		if (!slash)
 			continue;
-		char msg[PATH_MAX + 128];
-		int r = unlinkat(fd, watch->v[i], 0);
+		*slash = '\0';
+		const char *leaf = slash + 1;
+		struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+		_cleanup_close_ int pfd = (int)syscall(SYS_openat2, fd, dir, &how, sizeof how);
+		struct stat st;
+		if (pfd < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		int r = unlinkat(pfd, leaf, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 		if (r < 0 && errno == EACCES) {
 			/* the sandbox made the directory read-only (chmod 555 .git):
-			 * we are its owner, make it writable again */
-			char parent[PATH_MAX];
-			snprintf(parent, sizeof parent, "%s", watch->v[i]);
-			char *slash = strrchr(parent, '/');
+			 * we own it, make it writable again */
+			char self[64];
 			struct stat pst;
-			if (slash) {
-				*slash = '\0';
-				if (fstatat(fd, parent, &pst, AT_SYMLINK_NOFOLLOW) == 0 &&
-				    S_ISDIR(pst.st_mode) &&
-				    fchmodat(fd, parent, (pst.st_mode & 07777) | S_IRWXU, 0) == 0)
-					r = unlinkat(fd, watch->v[i], 0);
-			}
+			snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
+			if (fstat(pfd, &pst) == 0 && chmod(self, (pst.st_mode & 07777) | S_IRWXU) == 0)
+				r = unlinkat(pfd, leaf, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 		}
+		char msg[PATH_MAX + 160];
 		if (r == 0)
 			snprintf(msg, sizeof msg, "removed %s/%s, which the sandbox created "
 				 "(it would redirect git's config and hooks)", root, watch->v[i]);
@@ -361,6 +370,17 @@ static void scan(int dirfd, const char *rel, const char *const *names, int depth
 			continue;
 		char sub[PATH_MAX];
 		snprintf(sub, sizeof sub, "%s%s%s", rel, *rel ? "/" : "", nm);
+		if (depth > 0 && strcmp(nm, ".git") == 0) {
+			/* a nested repository: its commondir is guarded like the
+			 * top-level one (read-only if it exists, else watched) */
+			char t[PATH_MAX];
+			struct stat st;
+			snprintf(t, sizeof t, "%s/.git/commondir", rel);
+			if (fstatat(dirfd, ".git/commondir", &st, AT_SYMLINK_NOFOLLOW) == 0)
+				add_target(out, t, false, false);
+			else if (errno == ENOENT)
+				moat_strv_add(&out->nested_git, t);
+		}
 		if (depth > 0) {
 			size_t nl = strlen(nm);
 			for (size_t i = 0; names[i]; i++)
@@ -392,7 +412,7 @@ static void scan(int dirfd, const char *rel, const char *const *names, int depth
 
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, const struct moat_strv *secrets,
-		       struct moat_err *e)
+		       int opidx, char *report, size_t report_cap, struct moat_err *e)
 {
 	struct targets t = {0};
 	for (size_t i = 0; names && names[i]; i++)
@@ -409,12 +429,28 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 	/* A tree too big to scan could hide a nested .git/hooks past the
 	 * budget (a hostile run can make it so): fail closed. */
 	if (budget == 0) {
+		moat_strv_free(&t.nested_git);
 		free_targets(&t);
 		return moat_err_set(e, MOAT_E_USAGE, 0,
 				    "%s: more than %d entries within %d levels, so "
 				    "protected names below could not all be found; "
 				    "use a smaller workspace", root, SCAN_BUDGET, SCAN_DEPTH);
 	}
+	/* Tell the host which nested commondirs to watch. Too many to report
+	 * would leave some unwatched: fail closed. */
+	size_t used = 0;
+	for (size_t i = 0; i < t.nested_git.n; i++) {
+		int n = snprintf(report + used, report_cap - used, "%d:%s", opidx,
+				 t.nested_git.v[i]);
+		if (n < 0 || (size_t)n + 1 >= report_cap - used) {
+			moat_strv_free(&t.nested_git);
+			free_targets(&t);
+			return moat_err_set(e, MOAT_E_USAGE, 0, "%s: too many nested git "
+					    "repositories to guard", root);
+		}
+		used += (size_t)n + 1;
+	}
+	moat_strv_free(&t.nested_git);
 	struct moat_strv pinned = {0};
 	int r = 0;
 	for (size_t i = 0; r == 0 && i < t.n; i++)

@@ -21,6 +21,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <sched.h>
 #include <signal.h>
 #include <stdio.h>
@@ -158,7 +159,7 @@ static void ctx_free(struct jail_ctx *c)
 	jail_ns_free(c);
 	moat_strv_free(&c->protect_roots);
 	if (c->go) {
-		munmap((void *)c->go, 2 * sizeof *c->go);
+		munmap((void *)c->go, JAIL_SHARED_SIZE);
 		c->go = NULL;
 	}
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
@@ -238,7 +239,7 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	}
 	c->st_rd = stp[0];
 	c->st_wr = stp[1];
-	c->go = mmap(NULL, 2 * sizeof *c->go, PROT_READ | PROT_WRITE,
+	c->go = mmap(NULL, JAIL_SHARED_SIZE, PROT_READ | PROT_WRITE,
 		     MAP_SHARED | MAP_ANONYMOUS, -1, 0);
 	if (c->go == MAP_FAILED) {
 		c->go = NULL;
@@ -354,6 +355,16 @@ static void release_roots(struct moat_jail *j)
 	for (size_t i = 0; i < j->c.nlocks; i++)
 		close(j->c.locks[i]);
 	j->c.nlocks = 0;
+	/* nested repositories the child found without a .git/commondir */
+	const char *rep = j->c.go ? JAIL_REPORT(j->c.go) : "";
+	for (size_t used = 0; j->c.go && used < JAIL_REPORT_CAP && rep[used];
+	     used += strlen(rep + used) + 1) {
+		char *end = NULL;
+		unsigned long idx = strtoul(rep + used, &end, 10);
+		if (end && *end == ':' && idx < j->c.nops && j->c.ops[idx].kind == MOP_PROTECT &&
+		    strnlen(end + 1, PATH_MAX) < PATH_MAX)
+			moat_strv_add(&j->c.ops[idx].watch, end + 1);
+	}
 	for (size_t i = 0; i < j->c.nops; i++) {
 		const struct mop *op = &j->c.ops[i];
 		if (op->kind != MOP_PROTECT)

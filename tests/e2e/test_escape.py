@@ -1580,3 +1580,21 @@ def test_overlapping_runs_do_not_share_writable_placeholders(run, base):
         p = inner / n
         if n != "foo" and p.is_file():
             assert "EVIL" not in p.read_text(errors="replace"), n
+
+
+def test_nested_repo_commondir_removed(run, ws):
+    (ws / "sub").mkdir()
+    assert _git(ws / "sub", "init", "-q").returncode == 0
+    r = run.sh('echo ../evil > sub/.git/commondir && echo WROTE')
+    assert "WROTE" in r.stdout, r.stderr
+    assert not (ws / "sub" / ".git" / "commondir").exists()
+    assert "sub/.git/commondir" in r.stderr
+
+
+def test_commondir_behind_readonly_git_dir_removed(run, ws):
+    """chmod 555 .git cannot keep moat from removing the commondir."""
+    assert _git(ws, "init", "-q").returncode == 0
+    r = run.sh('echo ../evil > .git/commondir && chmod 555 .git; echo WROTE')
+    assert "WROTE" in r.stdout, r.stderr
+    assert not (ws / ".git" / "commondir").exists()
+    os.chmod(ws / ".git", 0o755)

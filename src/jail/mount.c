@@ -232,11 +232,9 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		 * (~/.ssh/authorized_keys when the home is writable). */
 		for (size_t j = 0; j < p->hidden.n; j++) {
 			const char *h = p->hidden.v[j];
-			struct stat st;
 			/* every one, existing or not: an existing secret is masked
 			 * already (protect leaves it), a placeholder left by a killed
 			 * run is masked again and cleaned up afterwards */
-			(void)st;
 			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0)
 				moat_strv_add(&op->secrets, h + rl);
 		}

@@ -19,18 +19,24 @@ trap 'rm -rf "$ws"' EXIT
 cd "$ws"   # an empty workspace: the worst case (every protected name missing)
 BWRAP="bwrap --unshare-all --die-with-parent --new-session --ro-bind / / --dev /dev --proc /proc --tmpfs /tmp /bin/true"
 echo "moat: $MOAT ($(id -un)); bwrap $(bwrap --version | cut -d' ' -f2); $(nproc) CPUs; kernel $(uname -r)"
-i=1
-while [ "$i" -le "$ROUNDS" ]; do
-	# alternate which goes first: the machine's speed drifts within a round
-	if [ $((i % 2)) = 1 ]; then
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/round$i.json" \
-			-n moat "$MOAT run -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
-	else
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/round$i.json" \
-			-n bwrap "$BWRAP" -n moat "$MOAT run -- /bin/true" >/dev/null 2>&1
-	fi
-	i=$((i + 1))
-done
+# rounds PREFIX MOAT_CMD BWRAP_CMD: ROUNDS hyperfine runs of both, into
+# $ws/PREFIX<i>.json, alternating which goes first (the machine's speed
+# drifts within a round).
+rounds() {
+	r=1
+	while [ "$r" -le "$ROUNDS" ]; do
+		if [ $((r % 2)) = 1 ]; then
+			set -- "$1" "$2" "$3" -n moat "$2" -n bwrap "$3"
+		else
+			set -- "$1" "$2" "$3" -n bwrap "$3" -n moat "$2"
+		fi
+		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/$1$r.json" \
+			"$4" "$5" "$6" "$7" "$8" "$9" >/dev/null 2>&1
+		set -- "$1" "$2" "$3"
+		r=$((r + 1))
+	done
+}
+rounds round "$MOAT run -- /bin/true" "$BWRAP"
 # Equal work: a workspace that has every protected name, and bubblewrap
 # told to do what moat does by default for it (workspace writable, the
 # protected names read-only, /root and /home hidden).
@@ -48,31 +54,11 @@ for d in $DIRS; do
 	BWRAP_EQ="$BWRAP_EQ --ro-bind $eq/$d $eq/$d"
 done
 BWRAP_EQ="$BWRAP_EQ --chdir $eq /bin/true"
-i=1
-while [ "$i" -le "$ROUNDS" ]; do
-	if [ $((i % 2)) = 1 ]; then
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
-			-n moat "$MOAT run -w $eq -- /bin/true" -n bwrap "$BWRAP_EQ" >/dev/null 2>&1
-	else
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/eq$i.json" \
-			-n bwrap "$BWRAP_EQ" -n moat "$MOAT run -w $eq -- /bin/true" >/dev/null 2>&1
-	fi
-	i=$((i + 1))
-done
+rounds eq "$MOAT run -w $eq -- /bin/true" "$BWRAP_EQ"
 # The same as 1., with the workspace on tmpfs: what the placeholders cost
 # on a journalling filesystem (ext4 here).
 shm=$(mktemp -d /dev/shm/moat-bench.XXXXXX)
-i=1
-while [ "$i" -le "$ROUNDS" ]; do
-	if [ $((i % 2)) = 1 ]; then
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/shm$i.json" \
-			-n moat "$MOAT run -w $shm -- /bin/true" -n bwrap "$BWRAP" >/dev/null 2>&1
-	else
-		hyperfine -N --warmup 10 --runs "$RUNS" --export-json "$ws/shm$i.json" \
-			-n bwrap "$BWRAP" -n moat "$MOAT run -w $shm -- /bin/true" >/dev/null 2>&1
-	fi
-	i=$((i + 1))
-done
+rounds shm "$MOAT run -w $shm -- /bin/true" "$BWRAP"
 rm -rf "$shm"
 python3 - "$ws" "$ROUNDS" <<'PY'
 import json, statistics, sys

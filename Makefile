@@ -12,25 +12,48 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 
 LIB_SRC := $(wildcard src/base/*.c src/policy/*.c src/jail/*.c src/init/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
+# Pure code shared by the daemon and the in-sandbox agent.
+PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
+# moat serve (the daemon), the API clients, the agent (pid 1 of a served
+# sandbox). Separate binaries: `moat run` must not pay for loading libevent,
+# SQLite, libarchive and libcurl; the agent is static so that it runs in any
+# root filesystem image.
+SERVE_SRC  := $(wildcard src/serve/*.c)
+CLIENT_SRC := $(wildcard src/client/*.c)
+AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c
+SERVE_LIBS := -levent -lsqlite3 -larchive
+CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
+BINS    := moat moat-serve moat-client moat-agent
 
 .PHONY: all deps run check unit e2e bench clean
 
-all: $(BUILD)/moat
+all: $(addprefix $(BUILD)/,$(BINS))
 
-$(BUILD)/moat: $(LIB_SRC) $(CLI_SRC) $(HDRS) Makefile
-	@mkdir -p $(BUILD)
-	$(CC) $(CPPFLAGS) $(WARN) $(CFLAGS) -o $@ $(LIB_SRC) $(CLI_SRC) $(LIBS)
+# One pattern for the optimised build and the sanitizer build (test suite).
+define binaries
+$(1)/moat: $(LIB_SRC) $(CLI_SRC) $(HDRS) Makefile
+	@mkdir -p $(1)
+	$$(CC) $$(CPPFLAGS) $$(WARN) $(2) -o $$@ $(LIB_SRC) $(CLI_SRC) $$(LIBS)
+$(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(HDRS) Makefile
+	@mkdir -p $(1)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $$(LIBS) $$(SERVE_LIBS)
+$(1)/moat-client: $(CLIENT_SRC) src/base/err.c $(HDRS) Makefile
+	@mkdir -p $(1)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c $$(LIBS) $$(CLIENT_LIBS)
+endef
+$(eval $(call binaries,$(BUILD),$(CFLAGS)))
+$(eval $(call binaries,$(BUILD)/san,-O1 -g $(SAN)))
 
-# Sanitizer build used by the test suite.
-$(BUILD)/san/moat: $(LIB_SRC) $(CLI_SRC) $(HDRS) Makefile
+# The agent is linked statically (no sanitizers: they cannot be static).
+$(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc $(WARN) -O2 -g -static -o $@ $(AGENT_SRC) $(PROTO_SRC) -ljansson
+
+$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(wildcard tests/unit/*.c) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
-	$(CC) $(CPPFLAGS) $(WARN) -O1 -g $(SAN) -o $@ $(LIB_SRC) $(CLI_SRC) $(LIBS)
-
-$(BUILD)/san/unit: $(LIB_SRC) $(wildcard tests/unit/*.c) $(HDRS) Makefile
-	@mkdir -p $(BUILD)/san
-	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -o $@ \
-		$(LIB_SRC) $(wildcard tests/unit/*.c) $(LIBS) -lcriterion
+	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
+		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) -lcriterion
 
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
@@ -41,13 +64,13 @@ $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
 deps:
 	@sh scripts/deps.sh
 
-run: deps $(BUILD)/moat
+run: deps all
 	@sh scripts/demo.sh $(BUILD)/moat
 
 unit: $(BUILD)/san/unit
 	$(BUILD)/san/unit --jobs 1
 
-e2e: $(BUILD)/san/moat
+e2e: $(addprefix $(BUILD)/san/,$(BINS))
 	sh tests/e2e/run.sh $(BUILD)/san/moat
 
 check: deps

@@ -15,6 +15,7 @@
 
 #include <moat/err.h>
 #include <moat/policy.h>
+#include <moat/strv.h>
 
 #include <stdbool.h>
 #include <stdint.h>
@@ -26,6 +27,15 @@ struct moat_launch {
 	const char *home;      /* HOME inside; an empty private directory */
 	const char *cwd;       /* NULL = the workspace */
 	bool die_with_parent;  /* SIGKILL the sandbox if the caller dies */
+	/* Agent mode (moat serve): instead of the supervisor running argv,
+	 * pid 1 execs agent_exe (an O_PATH fd of a static binary, allowed to
+	 * run by a Landlock rule on that file alone) with argv, and with
+	 * agent_fds[0..n) as descriptors 3, 4, ... The sandbox then lives
+	 * until it is killed; see moat_jail_detach. */
+	bool agent;
+	int agent_exe;
+	const int *agent_fds;
+	size_t agent_nfds;
 	/* Called for each layer skipped under allow_degraded, may be NULL. */
 	void (*warn)(void *arg, const char *msg);
 	void *warn_arg;
@@ -62,6 +72,16 @@ struct moat_jail_status {
 int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms,
 		   const int *forward, struct moat_jail_status *st,
 		   struct moat_err *e);
+
+/* Agent mode: let the sandbox live on without us. Frees the handle, keeps
+ * the cgroups (their directories are appended to *cgroups, for
+ * moat_cgroup_remove) and the placeholders (inside a directory the caller
+ * owns and removes). Returns pid 1's host pid; the caller reaps it. */
+pid_t moat_jail_detach(struct moat_jail *j, struct moat_strv *cgroups);
+
+/* Remove cgroup directories of a detached sandbox once its processes are
+ * gone (waits up to ~1 s for them to leave). */
+void moat_cgroup_remove(const struct moat_strv *dirs);
 
 /* Kill anything left, remove cgroups and placeholder files, free. */
 void moat_jail_destroy(struct moat_jail *j);

@@ -26,6 +26,11 @@ enum moat_fs_base {
 
 struct moat_policy {
 	char *workspace;      /* NULL = current directory */
+	char *workspace_at;   /* where the workspace appears inside; NULL = the
+			       * same path (moat serve: "/workspace") */
+	uint64_t workspace_tmpfs; /* >0: the workspace is a private in-memory
+				   * filesystem of this many bytes inside the
+				   * sandbox (moat serve's disk limit) */
 	bool workspace_write; /* false in read-only mode */
 	enum moat_fs_base fs_base;
 	struct moat_strv allow_read, deny_read, allow_write, deny_write;

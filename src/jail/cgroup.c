@@ -285,6 +285,15 @@ bool jail_cgroup_oom(struct jail_cgroup *cg)
 	return cg && cg->ops->oom(cg);
 }
 
+static void remove_dir(const char *dir)
+{
+	/* Tasks of a just-killed sandbox may take a moment to leave. */
+	for (int tries = 0; rmdir(dir) < 0 && errno == EBUSY && tries < 200; tries++) {
+		struct timespec ts = {0, 5 * 1000 * 1000};
+		nanosleep(&ts, NULL);
+	}
+}
+
 void jail_cgroup_destroy(struct jail_cgroup *cg)
 {
 	if (!cg)
@@ -292,12 +301,30 @@ void jail_cgroup_destroy(struct jail_cgroup *cg)
 	for (int i = 0; i < CG_N; i++) {
 		if (!cg->dir[i])
 			continue;
-		/* Tasks of a just-killed sandbox may take a moment to leave. */
-		for (int tries = 0; rmdir(cg->dir[i]) < 0 && errno == EBUSY && tries < 200; tries++) {
-			struct timespec ts = {0, 5 * 1000 * 1000};
-			nanosleep(&ts, NULL);
-		}
+		remove_dir(cg->dir[i]);
 		free(cg->dir[i]);
 	}
 	free(cg);
+}
+
+void jail_cgroup_release(struct jail_cgroup *cg, struct moat_strv *out)
+{
+	if (!cg)
+		return;
+	for (int i = 0; i < CG_N; i++)
+		if (cg->dir[i])
+			moat_strv_take(out, cg->dir[i]);
+	free(cg);
+}
+
+void moat_cgroup_remove(const struct moat_strv *dirs)
+{
+	/* Only directories named like ours: the list may come from a store
+	 * on disk, and moat never removes a cgroup it did not create. */
+	for (size_t i = 0; i < dirs->n; i++) {
+		const char *base = strrchr(dirs->v[i], '/');
+		if (base && strncmp(base + 1, "moat-", 5) == 0 &&
+		    strncmp(dirs->v[i], "/sys/fs/cgroup/", 15) == 0 && !strstr(dirs->v[i], "/../"))
+			remove_dir(dirs->v[i]);
+	}
 }

@@ -41,6 +41,9 @@ struct mop {
 	char *dst;
 	int fd;
 	unsigned mode;
+	uint64_t size;            /* MOP_TMPFS: >0 = its own tmpfs of this size */
+	char *host;               /* MOP_PROTECT: the root's host path, where the
+				   * host makes placeholders; NULL = none (tmpfs) */
 	const char *const *names; /* MOP_PROTECT: relative names */
 	struct moat_strv extra;   /* MOP_PROTECT: user deny-write paths (relative) */
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
@@ -157,6 +160,8 @@ int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,
 int jail_cgroup_parent(struct jail_cgroup *cg, pid_t pid, struct moat_err *e);
 bool jail_cgroup_oom(struct jail_cgroup *cg);
 void jail_cgroup_destroy(struct jail_cgroup *cg);
+/* Hand the directories over (appended to *out) and free the struct. */
+void jail_cgroup_release(struct jail_cgroup *cg, struct moat_strv *out);
 
 /* Report a degraded layer (allow_degraded) or fail. */
 /* e holds the reason: with allow_degraded, warn and return 0; else -1. */

@@ -164,6 +164,15 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e)
 		    add_path_rule(rs, "/dev/shm", class_access(LL_RW, abi), abi, e) < 0)
 			return -1;
 	}
+	/* Agent mode: pid 1 may run moat's agent binary, that file alone (it
+	 * is not in the sandbox's view; the descriptor is pid 1's). */
+	if (c->l->agent) {
+		struct landlock_path_beneath_attr pb = {
+			.allowed_access = LANDLOCK_ACCESS_FS_EXECUTE | LANDLOCK_ACCESS_FS_READ_FILE,
+			.parent_fd = c->l->agent_exe};
+		if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "landlock rule for the agent");
+	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_NO_NEW_PRIVS");
 	if (syscall(SYS_landlock_restrict_self, rs, 0) < 0)

@@ -68,6 +68,7 @@ void jail_mount_free(struct jail_ctx *c)
 	for (size_t i = 0; i < c->nops; i++) {
 		free(c->ops[i].src);
 		free(c->ops[i].dst);
+		free(c->ops[i].host);
 		moat_strv_free(&c->ops[i].extra);
 		moat_strv_free(&c->ops[i].watch);
 		moat_strv_free(&c->ops[i].secrets);
@@ -105,6 +106,8 @@ struct bind {
 	const char *path;
 	bool rw;
 	bool protect;
+	const char *at;     /* inside path when not the same */
+	uint64_t tmpfs;     /* the workspace is a sized tmpfs */
 };
 
 static int bind_cmp(const void *a, const void *b)
@@ -185,10 +188,11 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "mount plan");
 	size_t k = 0;
 	for (size_t i = 0; i < p->allow_read.n; i++)
-		b[k++] = (struct bind){p->allow_read.v[i], false, false};
+		b[k++] = (struct bind){.path = p->allow_read.v[i]};
 	for (size_t i = 0; i < p->allow_write.n; i++)
-		b[k++] = (struct bind){p->allow_write.v[i], true, true};
-	b[k++] = (struct bind){p->workspace, p->workspace_write, p->workspace_write};
+		b[k++] = (struct bind){.path = p->allow_write.v[i], .rw = true, .protect = true};
+	b[k++] = (struct bind){p->workspace, p->workspace_write, p->workspace_write,
+			       p->workspace_at, p->workspace_tmpfs};
 	/* --deny-write of a writable path itself, or of a directory around it,
 	 * makes that whole path read-only. */
 	for (size_t i = 0; i < k; i++)
@@ -200,7 +204,15 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		/* In danger-full-access "/" is already the host, writable. */
 		if (p->fs_base == MOAT_FS_HOST_WRITE && strcmp(b[i].path, "/") == 0)
 			continue;
-		struct mop *op = add_op(c, MOP_BIND, b[i].path, b[i].path,
+		const char *dst = b[i].at ? b[i].at : b[i].path;
+		if (b[i].tmpfs) {
+			struct mop *t = add_op(c, MOP_TMPFS, NULL, dst,
+					       b[i].rw ? 0 : MOP_F_RDONLY, b[i].rw ? LL_RW : LL_RO);
+			t->mode = 0755;
+			t->size = b[i].tmpfs;
+			continue;
+		}
+		struct mop *op = add_op(c, MOP_BIND, b[i].path, dst,
 					b[i].rw ? 0 : MOP_F_RDONLY, b[i].rw ? LL_RW : LL_RO);
 		if (b[i].rw && c->host_root && jail_ns_prepare_idmapped(c, op, e) < 0)
 			return -1;
@@ -220,7 +232,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 	for (size_t i = 0; i < k; i++) {
 		if (!b[i].protect)
 			continue;
-		struct mop *op = add_op(c, MOP_PROTECT, NULL, b[i].path, 0, LL_NONE);
+		struct mop *op = add_op(c, MOP_PROTECT, NULL, b[i].at ? b[i].at : b[i].path,
+					0, LL_NONE);
+		if (!b[i].tmpfs)
+			op->host = strdup(b[i].path);
 		op->names = p->fs_base == MOAT_FS_HOST_WRITE ? NULL : moat_mandatory_deny;
 		size_t rl = strcmp(b[i].path, "/") ? strlen(b[i].path) + 1 : 1;
 		for (size_t j = 0; j < p->deny_write.n; j++) {
@@ -238,10 +253,12 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			if (moat_path_within(h, b[i].path) && strcmp(h, b[i].path) != 0)
 				moat_strv_add(&op->secrets, h + rl);
 		}
-		moat_strv_add(&c->protect_roots, b[i].path);
+		if (!b[i].tmpfs)
+			moat_strv_add(&c->protect_roots, b[i].path);
 	}
 	if (p->fs_base == MOAT_FS_HOST_WRITE && p->deny_write.n) {
 		struct mop *op = add_op(c, MOP_PROTECT, NULL, "/", 0, LL_NONE);
+		op->host = strdup("/");
 		for (size_t j = 0; j < p->deny_write.n; j++)
 			moat_strv_add(&op->extra, p->deny_write.v[j] + 1);
 	}
@@ -387,6 +404,18 @@ static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
 	uint64_t attrs = MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV;
 	if (op->flags & MOP_F_RDONLY)
 		attrs |= MOUNT_ATTR_RDONLY;
+	if (op->size) {
+		/* A size-bounded filesystem of its own (a served sandbox's
+		 * workspace with a disk limit): ENOSPC, not a full host disk. */
+		char opts[64];
+		snprintf(opts, sizeof opts, "size=%llu,mode=%o",
+			 (unsigned long long)op->size, op->mode);
+		if (make_mountpoint(dst, true, e) < 0)
+			return -1;
+		if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", op->dst);
+		return 0;
+	}
 	return scratch_bind(dst, op->mode, attrs, e);
 }
 

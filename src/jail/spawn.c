@@ -38,6 +38,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#ifndef CLOSE_RANGE_CLOEXEC
+#define CLOSE_RANGE_CLOEXEC (1U << 2)
+#endif
+
 struct moat_jail {
 	struct jail_ctx c;
 	pid_t pid;
@@ -80,6 +84,42 @@ void jail_child_fail(int fd, const struct moat_err *e)
 	ssize_t w = write(fd, &m, sizeof m);
 	(void)w;
 	_exit(moat_err_exit_code(e));
+}
+
+/* Agent mode: become the agent. Its descriptors go to 3, 4, ...; nothing
+ * else of the host's survives the exec (a fresh image holds no copy of
+ * the caller's memory either: a daemon's tokens stay outside). */
+static __attribute__((noreturn)) void exec_agent(struct jail_ctx *c)
+{
+	struct moat_err e = {0};
+	const struct moat_launch *l = c->l;
+	int top = 3 + (int)l->agent_nfds + 1;
+	/* Move everything we need above the range we are about to fill. */
+	int exe = fcntl(l->agent_exe, F_DUPFD_CLOEXEC, top + 8);
+	int errfd = fcntl(c->err_wr, F_DUPFD_CLOEXEC, top + 8);
+	int tmp[16];
+	if (exe < 0 || errfd < 0 || l->agent_nfds > 16) {
+		moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
+		jail_child_fail(c->err_wr, &e);
+	}
+	for (size_t i = 0; i < l->agent_nfds; i++)
+		if ((tmp[i] = fcntl(l->agent_fds[i], F_DUPFD_CLOEXEC, top + 8)) < 0) {
+			moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
+			jail_child_fail(errfd, &e);
+		}
+	for (size_t i = 0; i < l->agent_nfds; i++)
+		if (dup2(tmp[i], 3 + (int)i) < 0) { /* dup2 clears CLOEXEC */
+			moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
+			jail_child_fail(errfd, &e);
+		}
+	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
+	for (int fd = 0; fd < 3 && devnull >= 0; fd++)
+		dup2(devnull, fd);
+	syscall(SYS_close_range, 3 + l->agent_nfds, ~0U, CLOSE_RANGE_CLOEXEC);
+	/* errfd and exe are close-on-exec like everything else above */
+	syscall(SYS_execveat, exe, "", l->argv, l->envp, AT_EMPTY_PATH);
+	moat_err_set(&e, MOAT_E_SYSTEM, errno, "exec the sandbox agent");
+	jail_child_fail(errfd, &e);
 }
 
 static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
@@ -142,6 +182,9 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
 	    jail_seccomp_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
+
+	if (c->l->agent)
+		exec_agent(c);
 
 	struct moat_init_args ia = {
 		.argv = c->l->argv,
@@ -272,8 +315,8 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	/* While the child builds its first mounts, create the placeholders it
 	 * will protect (file system work the two of us need not do in turn). */
 	for (size_t i = 0; i < c->nops; i++)
-		if (c->ops[i].kind == MOP_PROTECT)
-			jail_protect_parent(c->ops[i].dst, c->ops[i].names, &c->ops[i].extra,
+		if (c->ops[i].kind == MOP_PROTECT && c->ops[i].host)
+			jail_protect_parent(c->ops[i].host, c->ops[i].names, &c->ops[i].extra,
 					    &c->ops[i].watch);
 	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
 	syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAKE, 1, NULL, NULL, 0);
@@ -367,10 +410,10 @@ static void release_roots(struct moat_jail *j)
 	}
 	for (size_t i = 0; i < j->c.nops; i++) {
 		const struct mop *op = &j->c.ops[i];
-		if (op->kind != MOP_PROTECT)
+		if (op->kind != MOP_PROTECT || !op->host)
 			continue;
-		jail_protect_cleanup(op->dst, op->names, &op->extra, &op->secrets);
-		jail_protect_sweep(op->dst, &op->watch, j->warn, j->warn_arg);
+		jail_protect_cleanup(op->host, op->names, &op->extra, &op->secrets);
+		jail_protect_sweep(op->host, &op->watch, j->warn, j->warn_arg);
 	}
 }
 
@@ -441,6 +484,22 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 			}
 		}
 	}
+}
+
+pid_t moat_jail_detach(struct moat_jail *j, struct moat_strv *cgroups)
+{
+	pid_t pid = j->pid;
+	jail_cgroup_release(j->cg, cgroups);
+	j->cg = NULL;
+	for (size_t i = 0; i < j->c.nlocks; i++)
+		close(j->c.locks[i]);
+	j->c.nlocks = 0;
+	j->released = true;
+	j->reaped = true; /* the caller's to reap now */
+	free(j->c.locks);
+	ctx_free(&j->c);
+	free(j);
+	return pid;
 }
 
 void moat_jail_destroy(struct moat_jail *j)

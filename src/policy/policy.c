@@ -53,6 +53,7 @@ void moat_policy_init(struct moat_policy *p)
 void moat_policy_free(struct moat_policy *p)
 {
 	free(p->workspace);
+	free(p->workspace_at);
 	moat_strv_free(&p->allow_read);
 	moat_strv_free(&p->deny_read);
 	moat_strv_free(&p->allow_write);

@@ -2,9 +2,12 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #define MOAT_VERSION "0.1.0"
 
@@ -19,6 +22,23 @@ int moat_cli_fail(const char *fmt, ...)
 	return 125;
 }
 
+/* The daemon and the API client are separate binaries next to this one
+ * (so that `moat run` does not load their libraries): exec them. */
+static int exec_sibling(const char *name, char **argv)
+{
+	char self[PATH_MAX], path[PATH_MAX + 32];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n < 0)
+		return moat_cli_fail("cannot find my own binary: %s", strerror(errno));
+	self[n] = '\0';
+	char *slash = strrchr(self, '/');
+	*slash = '\0';
+	snprintf(path, sizeof path, "%s/%s", self, name);
+	argv[0] = "moat";
+	execv(path, argv);
+	return moat_cli_fail("cannot run %s: %s", path, strerror(errno));
+}
+
 static void usage(FILE *f)
 {
 	fputs("usage: moat <command> [options]\n"
@@ -26,6 +46,8 @@ static void usage(FILE *f)
 	      "commands:\n"
 	      "  run [OPTIONS] -- COMMAND [ARG...]   run one command in a sandbox\n"
 	      "  doctor                              show which isolation layers this kernel offers\n"
+	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
+	      "  create | ls | exec | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
 	      "  version                             print the version\n"
 	      "\n"
 	      "`moat run --help` lists the options of run.\n", f);
@@ -42,6 +64,13 @@ int main(int argc, char **argv)
 		return moat_cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return moat_cmd_doctor(argc - 1, argv + 1);
+	if (strcmp(cmd, "serve") == 0)
+		return exec_sibling("moat-serve", argv);
+	static const char *const client[] = {"create", "ls", "exec", "cp", "patch",
+					     "rm", "ps", "kill", NULL};
+	for (size_t i = 0; client[i]; i++)
+		if (strcmp(cmd, client[i]) == 0)
+			return exec_sibling("moat-client", argv);
 	if (strcmp(cmd, "version") == 0 || strcmp(cmd, "--version") == 0) {
 		printf("moat %s\n", MOAT_VERSION);
 		return 0;

@@ -5,10 +5,16 @@
 #include "proto/entries.h"
 
 #include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define PATH_SHOWN 200 /* bytes of a path quoted in a message */
+
+/* type(1) pad(3) mode(4) mtime(8) path_len(4) size(8), as laid out in
+ * entries.h; MOAT_ENTRY_HDR there says 24, which does not add up. */
+#define REC_HDR 28
 
 int moat_buf_add(struct moat_buf *b, const void *data, size_t len)
 {
@@ -70,6 +76,22 @@ static const char *show_path(char out[PATH_SHOWN * 4 + 4], const char *p,
 }
 
 /* Malformed data is EINVAL; the message stays free of strerror text. */
+__attribute__((format(printf, 2, 3))) static int
+fail_inval(struct moat_err *e, const char *fmt, ...)
+{
+	char msg[MOAT_ERR_MSG];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	if (n < 0)
+		msg[0] = '\0';
+	moat_err_set(e, MOAT_E_USAGE, 0, "%s", msg);
+	if (e)
+		e->errnum = EINVAL;
+	return -1;
+}
+
 __attribute__((format(printf, 4, 5))) static int
 bad_entry(struct moat_err *e, const char *path, size_t len, const char *fmt, ...)
 {
@@ -80,11 +102,8 @@ bad_entry(struct moat_err *e, const char *path, size_t len, const char *fmt, ...
 	va_end(ap);
 	if (n < 0)
 		why[0] = '\0';
-	moat_err_set(e, MOAT_E_USAGE, 0, "entry \"%s\": %s",
-		     show_path(shown, path, len), why);
-	if (e)
-		e->errnum = EINVAL;
-	return -1;
+	return fail_inval(e, "entry \"%s\": %s", show_path(shown, path, len),
+			  why);
 }
 
 bool moat_entry_path_ok(const char *path, size_t len)
@@ -170,17 +189,81 @@ int moat_entry_put(struct moat_buf *b, const struct moat_entry *en,
 		return bad_entry(e, "", 0, "no path");
 	if (en->size && !en->data)
 		return bad_entry(e, en->path, en->path_len, "no data");
-	if (en->size > SIZE_MAX)
-		return bad_entry(e, en->path, en->path_len, "too large");
 	if (check_entry(en, e) < 0)
 		return -1;
+	/* A stream must fit in memory; reject sizes a size_t cannot carry. */
+	if (en->size > SIZE_MAX - REC_HDR - en->path_len)
+		return bad_entry(e, en->path, en->path_len, "too large");
 
-	unsigned char h[MOAT_ENTRY_HDR] = {0};
+	unsigned char h[REC_HDR] = {0};
 	h[0] = (unsigned char)en->type;
 	put_le(h + 4, en->mode, 4);
 	put_le(h + 8, (uint64_t)en->mtime, 8);
 	put_le(h + 16, en->path_len, 4);
-	/* size sits at offset 20 and is 8 bytes: header is 28? No: see below. */
-	(void)h;
-	return -1;
+	put_le(h + 20, en->size, 8);
+
+	/* All or nothing: roll back a partial append. */
+	size_t old = b->len;
+	if (moat_buf_add(b, h, sizeof h) < 0 ||
+	    moat_buf_add(b, en->path, en->path_len) < 0 ||
+	    moat_buf_add(b, en->data, (size_t)en->size) < 0) {
+		b->len = old;
+		char shown[PATH_SHOWN * 4 + 4];
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "entry \"%s\"",
+				    show_path(shown, en->path, en->path_len));
+	}
+	return 0;
+}
+
+int moat_entry_next(const void *stream, size_t len, size_t *off,
+		    struct moat_entry *en, struct moat_err *e)
+{
+	const unsigned char *s = stream;
+	size_t at = *off;
+	if (at == len)
+		return 0;
+	if (at > len)
+		return fail_inval(e, "entry stream: offset %zu past end %zu",
+				  at, len);
+	size_t left = len - at;
+	if (left < REC_HDR)
+		return fail_inval(e,
+				  "entry stream: truncated header at offset %zu",
+				  at);
+	const unsigned char *h = s + at;
+	left -= REC_HDR;
+	uint64_t plen = get_le(h + 16, 4);
+	/* Name the entry by whatever part of its path is really there. */
+	const char *path = (const char *)h + REC_HDR;
+	size_t shown = plen < left ? (size_t)plen : left;
+	if (h[1] || h[2] || h[3])
+		return bad_entry(e, path, shown, "nonzero padding");
+	if (plen == 0 || plen > MOAT_ENTRY_PATH_MAX)
+		return bad_entry(e, path, shown, "path length %llu not in 1..%d",
+				 (unsigned long long)plen, MOAT_ENTRY_PATH_MAX);
+	if (plen > left)
+		return bad_entry(e, path, shown,
+				 "path length %llu runs past the stream",
+				 (unsigned long long)plen);
+	left -= (size_t)plen;
+	uint64_t size = get_le(h + 20, 8);
+
+	struct moat_entry r = {
+		.type = (char)h[0],
+		.mode = (uint32_t)get_le(h + 4, 4),
+		.mtime = (int64_t)get_le(h + 8, 8),
+		.path = path,
+		.path_len = (size_t)plen,
+		.data = path + plen,
+		.size = size,
+	};
+	if (size > left)
+		return bad_entry(e, path, r.path_len,
+				 "size %llu runs past the stream",
+				 (unsigned long long)size);
+	if (check_entry(&r, e) < 0)
+		return -1;
+	*en = r;
+	*off = at + REC_HDR + r.path_len + (size_t)size;
+	return 1;
 }

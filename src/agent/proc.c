@@ -1,0 +1,610 @@
+/* Processes of a served sandbox: start (pipes or a pseudo-terminal), keep
+ * their output until the daemon reads it, feed stdin, signal, time out,
+ * reap. A "wait" is answered when the process has ended, when output is
+ * there (until "output"), or at its deadline (a yield). See agent.h. */
+#define _GNU_SOURCE
+#include "agent.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#define MAX_PROCS 256
+#define MAX_WAITS 512
+#define DEFAULT_MAX_OUT (1u << 20)
+#define HARD_MAX_OUT (64u << 20)
+
+extern char **environ;
+
+struct obuf {
+	char *p;
+	size_t len, cap;
+};
+
+struct proc {
+	int id; /* 0 = free slot */
+	pid_t pid;
+	int out_fd, err_fd, in_fd; /* -1 when closed */
+	bool tty;
+	struct obuf out, err, in; /* in: bytes not yet written to stdin */
+	bool close_in;            /* close stdin once `in` is written */
+	size_t max_out;           /* per stream, from exec */
+	size_t out_total, err_total;
+	bool truncated;
+	bool exited;
+	int status;
+	int64_t started, ended, deadline; /* deadline: 0 = none */
+	bool timed_out;
+	json_t *cmd;
+};
+
+struct wait {
+	bool used;
+	struct agent_req r;
+	int id;
+	int64_t deadline; /* 0 = none */
+	bool until_output;
+};
+
+static struct proc procs[MAX_PROCS];
+static struct wait waits[MAX_WAITS];
+static int next_id = 1;
+
+static struct proc *find(int id)
+{
+	for (int i = 0; id > 0 && i < MAX_PROCS; i++)
+		if (procs[i].id == id)
+			return &procs[i];
+	return NULL;
+}
+
+size_t proc_running(void)
+{
+	size_t n = 0;
+	for (int i = 0; i < MAX_PROCS; i++)
+		n += procs[i].id && !procs[i].exited;
+	return n;
+}
+
+static void closefd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+static void proc_free(struct proc *p)
+{
+	closefd(&p->out_fd);
+	closefd(&p->err_fd);
+	closefd(&p->in_fd);
+	free(p->out.p);
+	free(p->err.p);
+	free(p->in.p);
+	json_decref(p->cmd);
+	memset(p, 0, sizeof *p);
+	p->out_fd = p->err_fd = p->in_fd = -1;
+}
+
+static void keep(struct proc *p, struct obuf *b, size_t *total, const char *data, size_t n)
+{
+	*total += n;
+	size_t room = b->len < p->max_out ? p->max_out - b->len : 0;
+	if (n > room) {
+		/* Beyond the limit output is dropped (and said so), but the
+		 * process keeps running: a pipe we stop reading would block it. */
+		p->truncated = true;
+		n = room;
+	}
+	if (!n)
+		return;
+	if (b->len + n > b->cap) {
+		size_t cap = b->cap ? b->cap : 4096;
+		while (cap < b->len + n)
+			cap *= 2;
+		char *nb = realloc(b->p, cap);
+		if (!nb) {
+			p->truncated = true;
+			return;
+		}
+		b->p = nb;
+		b->cap = cap;
+	}
+	memcpy(b->p + b->len, data, n);
+	b->len += n;
+}
+
+static void drain(struct proc *p, int *fd, struct obuf *b, size_t *total)
+{
+	char buf[65536];
+	while (*fd >= 0) {
+		ssize_t n = read(*fd, buf, sizeof buf);
+		if (n > 0) {
+			keep(p, b, total, buf, (size_t)n);
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && errno == EAGAIN)
+			return;
+		closefd(fd); /* EOF, or EIO: a pty whose last writer closed */
+	}
+}
+
+static void feed_stdin(struct proc *p)
+{
+	while (p->in_fd >= 0 && p->in.len) {
+		ssize_t n = write(p->in_fd, p->in.p, p->in.len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			if (errno != EAGAIN) {
+				p->in.len = 0;
+				if (!p->tty)
+					closefd(&p->in_fd);
+			}
+			break;
+		}
+		memmove(p->in.p, p->in.p + n, p->in.len - (size_t)n);
+		p->in.len -= (size_t)n;
+	}
+	if (p->close_in && !p->in.len && p->in_fd >= 0) {
+		if (p->tty) {
+			/* a terminal has one descriptor for both ways: send EOF */
+			ssize_t w = write(p->in_fd, "\x04", 1);
+			(void)w;
+			p->close_in = false;
+		} else {
+			closefd(&p->in_fd);
+		}
+	}
+}
+
+static bool done(const struct proc *p)
+{
+	return p->exited;
+}
+
+static bool has_output(const struct proc *p)
+{
+	return p->out.len || p->err.len;
+}
+
+/* Answer a wait with the output so far; drop the record once its end was
+ * told. */
+static void answer(struct wait *w, struct proc *p)
+{
+	json_t *o;
+	if (done(p)) {
+		int code = WIFEXITED(p->status) ? WEXITSTATUS(p->status)
+						: 128 + WTERMSIG(p->status);
+		o = json_pack("{s:b,s:i,s:i,s:i,s:I,s:b,s:b}", "running", 0, "process_id",
+			      p->id, "exit_code", code, "signal",
+			      WIFSIGNALED(p->status) ? WTERMSIG(p->status) : 0,
+			      "duration_ms", (json_int_t)(p->ended - p->started), "timed_out",
+			      p->timed_out, "truncated", p->truncated);
+	} else {
+		o = json_pack("{s:b,s:i,s:b}", "running", 1, "process_id", p->id, "truncated",
+			      p->truncated);
+	}
+	json_object_set_new(o, "stdout_len", json_integer((json_int_t)p->out.len));
+	json_object_set_new(o, "stderr_len", json_integer((json_int_t)p->err.len));
+	size_t n = p->out.len + p->err.len;
+	char *data = n ? malloc(n) : NULL;
+	if (n && !data) {
+		json_decref(o);
+		agent_fail(&w->r, "internal", "out of memory");
+	} else {
+		if (n) {
+			memcpy(data, p->out.p, p->out.len);
+			memcpy(data + p->out.len, p->err.p, p->err.len);
+		}
+		agent_reply(&w->r, o, data, n);
+		free(data);
+		p->out.len = p->err.len = 0;
+		/* Only a delivered end forgets the process. */
+		if (done(p) && agent_conn_alive(w->r.conn))
+			proc_free(p);
+	}
+	w->used = false;
+}
+
+/* Answer what can be answered now. */
+static void settle(void)
+{
+	int64_t now = agent_now_ms();
+	for (int i = 0; i < MAX_WAITS; i++) {
+		struct wait *w = &waits[i];
+		if (!w->used)
+			continue;
+		struct proc *p = find(w->id);
+		if (!p) {
+			agent_fail(&w->r, "not_found", "process %d is gone", w->id);
+			w->used = false;
+			continue;
+		}
+		if (done(p) || (w->until_output && has_output(p)) ||
+		    (w->deadline && now >= w->deadline))
+			answer(w, p);
+	}
+}
+
+static char **strv_from_json(json_t *a, bool *ok)
+{
+	*ok = false;
+	if (!json_is_array(a))
+		return NULL;
+	size_t n = json_array_size(a);
+	char **v = calloc(n + 1, sizeof *v);
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		const char *s = json_string_value(json_array_get(a, i));
+		if (!s) {
+			free(v);
+			return NULL;
+		}
+		v[i] = (char *)s;
+	}
+	*ok = true;
+	return v;
+}
+
+static __attribute__((noreturn)) void child(char **argv, char **envp, const char *cwd,
+					    int in, int out, int err, const char *pts,
+					    const struct winsize *ws)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	setsid();
+	if (pts) {
+		int t = open(pts, O_RDWR);
+		if (t < 0)
+			_exit(125);
+		ioctl(t, TIOCSCTTY, 0);
+		ioctl(t, TIOCSWINSZ, ws);
+		in = out = err = t;
+	}
+	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
+		_exit(125);
+	if (chdir(cwd) < 0) {
+		dprintf(2, "moat: cannot enter %s: %s\n", cwd, strerror(errno));
+		_exit(125);
+	}
+	environ = envp; /* execvp searches the command's own PATH */
+	execvp(argv[0], argv);
+	int e = errno;
+	dprintf(2, "moat: %s: %s\n", argv[0],
+		e == ENOENT ? "command not found" : strerror(e));
+	_exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
+void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t len)
+{
+	bool ok_argv, ok_env;
+	char **argv = strv_from_json(json_object_get(req, "argv"), &ok_argv);
+	char **envp = strv_from_json(json_object_get(req, "env"), &ok_env);
+	const char *cwd = json_string_value(json_object_get(req, "cwd"));
+	bool tty = json_is_true(json_object_get(req, "tty"));
+	bool close_in = !json_is_false(json_object_get(req, "close_stdin"));
+	json_int_t timeout = json_integer_value(json_object_get(req, "timeout_ms"));
+	json_int_t max_out = json_integer_value(json_object_get(req, "max_output_bytes"));
+	json_int_t cols = json_integer_value(json_object_get(req, "cols"));
+	json_int_t rows = json_integer_value(json_object_get(req, "rows"));
+	struct proc *p = NULL;
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1;
+	char pts[128] = "";
+	if (!ok_argv || !ok_env || !argv[0] || !cwd) {
+		agent_fail(r, "invalid_request", "exec needs argv, env and cwd");
+		goto out;
+	}
+	struct stat st;
+	if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
+		agent_fail(r, "invalid_request", "cwd %s: %s", cwd,
+			   errno && !S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+		goto out;
+	}
+	for (int i = 0; i < MAX_PROCS && !p; i++)
+		if (!procs[i].id)
+			p = &procs[i];
+	if (!p) {
+		agent_fail(r, "limit_reached", "too many processes (%d)", MAX_PROCS);
+		goto out;
+	}
+	struct winsize ws = {.ws_col = cols > 0 && cols < 10000 ? (unsigned short)cols : 80,
+			     .ws_row = rows > 0 && rows < 10000 ? (unsigned short)rows : 24};
+	if (tty) {
+		master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+		if (master < 0 || grantpt(master) < 0 || unlockpt(master) < 0 ||
+		    ptsname_r(master, pts, sizeof pts) != 0) {
+			agent_fail(r, "internal", "pseudo-terminal: %s", strerror(errno));
+			goto out;
+		}
+		ioctl(master, TIOCSWINSZ, &ws);
+	} else if (pipe2(in, O_CLOEXEC) < 0 || pipe2(out, O_CLOEXEC) < 0 ||
+		   pipe2(err, O_CLOEXEC) < 0) {
+		agent_fail(r, "internal", "pipe: %s", strerror(errno));
+		goto out;
+	}
+	pid_t pid = fork();
+	if (pid < 0) {
+		agent_fail(r, errno == EAGAIN ? "limit_reached" : "internal", "fork: %s",
+			   strerror(errno));
+		goto out;
+	}
+	if (pid == 0)
+		child(argv, envp, cwd, in[0], out[1], err[1], tty ? pts : NULL, &ws);
+	memset(p, 0, sizeof *p);
+	p->id = next_id++;
+	if (next_id > 1000000000)
+		next_id = 1;
+	p->pid = pid;
+	p->tty = tty;
+	p->started = agent_now_ms();
+	p->deadline = timeout > 0 ? p->started + timeout : 0;
+	p->max_out = max_out > 0 && max_out <= HARD_MAX_OUT ? (size_t)max_out : DEFAULT_MAX_OUT;
+	p->cmd = json_incref(json_object_get(req, "argv"));
+	if (tty) {
+		p->out_fd = master;
+		p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
+		p->err_fd = -1;
+		master = -1;
+	} else {
+		p->in_fd = in[1];
+		p->out_fd = out[0];
+		p->err_fd = err[0];
+		in[1] = out[0] = err[0] = -1;
+	}
+	for (int *fd = &p->out_fd; fd <= &p->in_fd; fd++)
+		if (*fd >= 0)
+			fcntl(*fd, F_SETFL, O_NONBLOCK);
+	if (len) {
+		p->in.p = malloc(len);
+		if (p->in.p) {
+			memcpy(p->in.p, data, len);
+			p->in.len = p->in.cap = len;
+		}
+	}
+	p->close_in = close_in;
+	feed_stdin(p);
+	agent_reply(r, json_pack("{s:i}", "process_id", p->id), NULL, 0);
+out:
+	for (int i = 0; i < 2; i++) {
+		closefd(&in[i]);
+		closefd(&out[i]);
+		closefd(&err[i]);
+	}
+	closefd(&master);
+	free(argv);
+	free(envp);
+}
+
+void proc_wait(const struct agent_req *r, json_t *req)
+{
+	int id = (int)json_integer_value(json_object_get(req, "process_id"));
+	json_int_t t = json_integer_value(json_object_get(req, "timeout_ms"));
+	const char *until = json_string_value(json_object_get(req, "until"));
+	struct proc *p = find(id);
+	if (!p) {
+		agent_fail(r, "not_found", "no process %d", id);
+		return;
+	}
+	struct wait *w = NULL;
+	for (int i = 0; i < MAX_WAITS && !w; i++)
+		if (!waits[i].used)
+			w = &waits[i];
+	if (!w) {
+		agent_fail(r, "limit_reached", "too many waits");
+		return;
+	}
+	*w = (struct wait){.used = true, .r = *r, .id = id,
+			   .deadline = t > 0 ? agent_now_ms() + t : (t == 0 && until ? 0 : 0),
+			   .until_output = until && !strcmp(until, "output")};
+	/* timeout_ms 0 with until "now": answer at once */
+	if (until && !strcmp(until, "now"))
+		w->deadline = agent_now_ms();
+	settle();
+}
+
+void proc_stdin(const struct agent_req *r, json_t *req, const void *data, size_t len)
+{
+	int id = (int)json_integer_value(json_object_get(req, "process_id"));
+	struct proc *p = find(id);
+	if (!p) {
+		agent_fail(r, "not_found", "no process %d", id);
+		return;
+	}
+	if (len && (p->exited || p->in_fd < 0)) {
+		agent_fail(r, "conflict", "process %d does not take input any more", id);
+		return;
+	}
+	if (len) {
+		if (p->in.len + len > (64u << 20)) {
+			agent_fail(r, "too_large", "too much pending input");
+			return;
+		}
+		char *nb = realloc(p->in.p, p->in.len + len);
+		if (!nb) {
+			agent_fail(r, "internal", "out of memory");
+			return;
+		}
+		memcpy(nb + p->in.len, data, len);
+		p->in.p = nb;
+		p->in.len += len;
+	}
+	if (json_is_true(json_object_get(req, "close")))
+		p->close_in = true;
+	feed_stdin(p);
+	agent_reply(r, json_object(), NULL, 0);
+}
+
+static int signum(const char *s)
+{
+	static const struct {
+		const char *n;
+		int s;
+	} t[] = {{"TERM", SIGTERM}, {"KILL", SIGKILL}, {"INT", SIGINT},   {"HUP", SIGHUP},
+		 {"QUIT", SIGQUIT}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"STOP", SIGSTOP},
+		 {"CONT", SIGCONT}, {"WINCH", SIGWINCH}, {"ALRM", SIGALRM}};
+	if (!strncmp(s, "SIG", 3))
+		s += 3;
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(s, t[i].n))
+			return t[i].s;
+	char *end;
+	long v = strtol(s, &end, 10);
+	return (*s && !*end && v > 0 && v < 65) ? (int)v : -1;
+}
+
+void proc_signal(const struct agent_req *r, json_t *req)
+{
+	int id = (int)json_integer_value(json_object_get(req, "process_id"));
+	const char *s = json_string_value(json_object_get(req, "signal"));
+	int sig = signum(s ? s : "KILL");
+	struct proc *p = find(id);
+	if (!p) {
+		agent_fail(r, "not_found", "no process %d", id);
+		return;
+	}
+	if (sig < 0) {
+		agent_fail(r, "invalid_request", "unknown signal %.32s", s);
+		return;
+	}
+	if (p->exited) {
+		agent_fail(r, "conflict", "process %d has ended", id);
+		return;
+	}
+	/* the whole process group: what the command started goes too */
+	if (kill(-p->pid, sig) < 0)
+		kill(p->pid, sig);
+	agent_reply(r, json_object(), NULL, 0);
+}
+
+void proc_list(const struct agent_req *r)
+{
+	json_t *a = json_array();
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &procs[i];
+		if (!p->id)
+			continue;
+		json_t *o = json_pack("{s:i,s:O,s:b,s:b}", "process_id", p->id, "cmd", p->cmd,
+				      "running", !p->exited, "tty", p->tty);
+		if (p->exited)
+			json_object_set_new(o, "exit_code",
+					    json_integer(WIFEXITED(p->status)
+							     ? WEXITSTATUS(p->status)
+							     : 128 + WTERMSIG(p->status)));
+		json_array_append_new(a, o);
+	}
+	agent_reply(r, json_pack("{s:o}", "processes", a), NULL, 0);
+}
+
+size_t proc_pollfds(struct pollfd *pfd, size_t cap)
+{
+	size_t n = 0;
+	for (int i = 0; i < MAX_PROCS && n + 3 <= cap; i++) {
+		struct proc *p = &procs[i];
+		if (!p->id)
+			continue;
+		if (p->out_fd >= 0)
+			pfd[n++] = (struct pollfd){.fd = p->out_fd, .events = POLLIN};
+		if (p->err_fd >= 0)
+			pfd[n++] = (struct pollfd){.fd = p->err_fd, .events = POLLIN};
+		if (p->in_fd >= 0 && p->in.len)
+			pfd[n++] = (struct pollfd){.fd = p->in_fd, .events = POLLOUT};
+	}
+	return n;
+}
+
+void proc_events(const struct pollfd *pfd, size_t n)
+{
+	for (size_t k = 0; k < n; k++) {
+		if (!pfd[k].revents)
+			continue;
+		for (int i = 0; i < MAX_PROCS; i++) {
+			struct proc *p = &procs[i];
+			if (!p->id)
+				continue;
+			if (pfd[k].fd == p->out_fd && !(pfd[k].events & POLLOUT))
+				drain(p, &p->out_fd, &p->out, &p->out_total);
+			else if (pfd[k].fd == p->err_fd)
+				drain(p, &p->err_fd, &p->err, &p->err_total);
+			else if (pfd[k].fd == p->in_fd && (pfd[k].events & POLLOUT))
+				feed_stdin(p);
+		}
+	}
+	settle();
+}
+
+void proc_reap(void)
+{
+	for (;;) {
+		int status;
+		pid_t pid = waitpid(-1, &status, WNOHANG);
+		if (pid <= 0)
+			break;
+		for (int i = 0; i < MAX_PROCS; i++) {
+			struct proc *p = &procs[i];
+			if (!p->id || p->pid != pid || p->exited)
+				continue;
+			/* What it wrote before exiting is in the pipe: take it.
+			 * A background child still holding the pipe does not hold
+			 * the answer back. */
+			drain(p, &p->out_fd, &p->out, &p->out_total);
+			drain(p, &p->err_fd, &p->err, &p->err_total);
+			closefd(&p->out_fd);
+			closefd(&p->err_fd);
+			closefd(&p->in_fd);
+			p->exited = true;
+			p->status = status;
+			p->ended = agent_now_ms();
+		}
+	}
+	settle();
+}
+
+int proc_next_timeout(void)
+{
+	int64_t now = agent_now_ms(), next = -1;
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i].id && !procs[i].exited && procs[i].deadline &&
+		    (next < 0 || procs[i].deadline < next))
+			next = procs[i].deadline;
+	for (int i = 0; i < MAX_WAITS; i++)
+		if (waits[i].used && waits[i].deadline && (next < 0 || waits[i].deadline < next))
+			next = waits[i].deadline;
+	if (next < 0)
+		return -1;
+	return next <= now ? 0 : (int)(next - now > 1000000 ? 1000000 : next - now);
+}
+
+void proc_timers(void)
+{
+	int64_t now = agent_now_ms();
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &procs[i];
+		if (p->id && !p->exited && p->deadline && now >= p->deadline && !p->timed_out) {
+			p->timed_out = true;
+			kill(-p->pid, SIGKILL);
+			kill(p->pid, SIGKILL);
+		}
+	}
+	settle();
+}
+
+void proc_conn_gone(const struct agent_conn *c)
+{
+	for (int i = 0; i < MAX_WAITS; i++)
+		if (waits[i].used && waits[i].r.conn == c)
+			waits[i].used = false;
+}

@@ -1,0 +1,55 @@
+/* apply_patch: parse patches in the Codex / OpenAI Agents SDK format
+ * ("*** Begin Patch" ... "*** End Patch") and compute updated file contents.
+ * Pure code: no I/O, so the caller validates paths, reads and writes files,
+ * and can check every section before changing anything (all or nothing). */
+#ifndef MOAT_PATCH_H
+#define MOAT_PATCH_H
+
+#include <stddef.h>
+
+#include <moat/err.h>
+
+#define MOAT_PATCH_MAX_LEN (16u << 20) /* whole patch text */
+#define MOAT_PATCH_MAX_LINE (1u << 20) /* one line of it */
+
+enum moat_patch_kind { MOAT_PATCH_ADD, MOAT_PATCH_DELETE, MOAT_PATCH_UPDATE };
+
+struct moat_patch_hunk; /* private to patch.c */
+
+struct moat_patch_file {
+	enum moat_patch_kind kind;
+	char *path;    /* as written after "*** Add File: " etc. (trimmed) */
+	char *move_to; /* UPDATE with "*** Move to: ", else NULL */
+	char *content; /* ADD: each '+' line + "\n" (NUL-terminated); else NULL */
+	size_t content_len;
+	/* UPDATE: the hunks, in a private representation */
+	struct moat_patch_hunk *hunks;
+	size_t nhunks;
+	size_t line; /* patch line of the section's "*** ... File:" header */
+};
+
+struct moat_patch {
+	struct moat_patch_file *files;
+	size_t n;
+};
+
+/* Parse the whole patch text. Errors (MOAT_E_USAGE) name the line number and
+ * quote the offending line. On failure *out is left empty ({NULL, 0}). */
+int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
+		     struct moat_err *e);
+
+/* Compute the new content of an UPDATE file from its old content. Lines are
+ * matched like Codex: exactly, then ignoring trailing whitespace, then
+ * leading and trailing whitespace, then with Unicode dashes/quotes/spaces
+ * folded to ASCII. Context lines keep the file's text; CRLF files stay CRLF;
+ * the result ends with a newline unless it is empty. *out is malloc'd and
+ * NUL-terminated (not counted in *out_len). On failure e says
+ * "<path>: could not find context ..." quoting the lines that did not match,
+ * and *out is not touched. */
+int moat_patch_apply(const struct moat_patch_file *f, const char *old,
+		     size_t old_len, char **out, size_t *out_len,
+		     struct moat_err *e);
+
+void moat_patch_free(struct moat_patch *p);
+
+#endif

@@ -1,0 +1,988 @@
+/* The API's routes (docs/API.md): validate the request, call the
+ * sandbox's agent, shape the answer. Requests that wait for an agent keep
+ * a `struct pend` until the reply comes or the client goes away. */
+#define _GNU_SOURCE
+#include "api.h"
+
+#include "archive.h"
+#include "box.h"
+#include "http.h"
+#include "image.h"
+#include "manifest.h"
+#include "metrics.h"
+#include "../base/util.h"
+#include "../proto/entries.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/http.h>
+#include <event2/keyvalq_struct.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define WORKSPACE "/workspace"
+#define IMAGE_MAX (10u << 20)
+
+static const struct api_config *conf;
+
+void api_init(const struct api_config *c)
+{
+	conf = c;
+}
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- small helpers -------------------------------------------------------- */
+
+/* Process output as a JSON string: UTF-8, invalid bytes replaced. */
+static json_t *text(const char *p, size_t n)
+{
+	char *out = malloc(n * 3 + 1);
+	size_t o = 0;
+	if (!out)
+		return json_string("");
+	for (size_t i = 0; i < n;) {
+		unsigned char c = (unsigned char)p[i];
+		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+		bool ok = len && i + len <= n && !(c == 0);
+		for (size_t k = 1; ok && k < len; k++)
+			ok = ((unsigned char)p[i + k] >> 6) == 2;
+		if (ok && len == 2 && c < 0xc2)
+			ok = false; /* overlong */
+		if (ok && len == 3) {
+			unsigned cp = ((c & 15u) << 12) | (((unsigned char)p[i + 1] & 63u) << 6) |
+				      ((unsigned char)p[i + 2] & 63u);
+			ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
+		}
+		if (ok && len == 4) {
+			unsigned cp = ((c & 7u) << 18) | (((unsigned char)p[i + 1] & 63u) << 12) |
+				      (((unsigned char)p[i + 2] & 63u) << 6) |
+				      ((unsigned char)p[i + 3] & 63u);
+			ok = cp >= 0x10000 && cp <= 0x10ffff;
+		}
+		if (c == 0) { /* NUL is valid UTF-8 but jansson strings stop there: keep it escaped */
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+			continue;
+		}
+		if (ok) {
+			memcpy(out + o, p + i, len);
+			o += len;
+			i += len;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *s = json_stringn(out, o);
+	free(out);
+	return s ? s : json_string("");
+}
+
+/* Unknown keys are errors naming the key. */
+static bool only_keys(struct evhttp_request *req, json_t *o, const char *what,
+		      const char *const *keys)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v)
+	{
+		bool known = false;
+		for (size_t i = 0; keys[i] && !known; i++)
+			known = !strcmp(k, keys[i]);
+		if (!known) {
+			http_error(req, 400, "invalid_request", "%s: unknown field \"%.64s\"", what, k);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* An optional non-negative integer field. */
+static bool get_int(struct evhttp_request *req, json_t *o, const char *key, int64_t max,
+		    int64_t *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max) {
+		http_error(req, 400, "invalid_request", "%s must be an integer from 0 to %lld", key,
+			   (long long)max);
+		return false;
+	}
+	*out = json_integer_value(v);
+	return true;
+}
+
+static bool get_bool(struct evhttp_request *req, json_t *o, const char *key, bool *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_boolean(v)) {
+		http_error(req, 400, "invalid_request", "%s must be true or false", key);
+		return false;
+	}
+	*out = json_is_true(v);
+	return true;
+}
+
+/* An object of strings (env, metadata); NULL key = allowed missing. */
+static bool string_map(struct evhttp_request *req, json_t *v, const char *what, bool env)
+{
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_object(v)) {
+		http_error(req, 400, "invalid_request", "%s must be an object of strings", what);
+		return false;
+	}
+	const char *k;
+	json_t *x;
+	json_object_foreach(v, k, x)
+	{
+		if (!json_is_string(x) || strlen(json_string_value(x)) != json_string_length(x)) {
+			http_error(req, 400, "invalid_request", "%s.%.64s must be a string", what, k);
+			return false;
+		}
+		if (env && (!*k || strchr(k, '=') || strlen(k) > 256)) {
+			http_error(req, 400, "invalid_request", "%s: bad variable name \"%.64s\"",
+				   what, k);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* ---- pending requests ----------------------------------------------------- */
+
+enum pend_kind { P_CREATE, P_EXEC, P_WAIT, P_STDIN, P_PLAIN, P_NOCONTENT, P_READ,
+		 P_IMAGE, P_PACK, P_LIST, P_STAT, P_PS };
+
+struct pend {
+	struct evhttp_request *req;
+	struct box *b;
+	enum pend_kind kind;
+	bool sse;
+	bool streaming;  /* SSE headers sent */
+	bool yield;      /* exec answers "running" at the yield */
+	int64_t yield_ms;
+	int64_t pid;
+	int64_t started; /* for the exec latency histogram */
+	json_t *extra;   /* P_CREATE: the box's answer */
+};
+
+static void pend_free(struct pend *p)
+{
+	json_decref(p->extra);
+	free(p);
+}
+
+static void on_client_gone(struct evhttp_connection *c, void *arg)
+{
+	struct pend *p = arg;
+	if (p->b)
+		box_cancel(p->b, p);
+	pend_free(p);
+}
+
+static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pend_kind k)
+{
+	struct pend *p = calloc(1, sizeof *p);
+	if (!p)
+		return NULL;
+	p->req = req;
+	p->b = b;
+	p->kind = k;
+	p->started = now_ms();
+	evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_gone, p);
+	return p;
+}
+
+/* Detach from the connection before answering (its close must not free
+ * us twice). */
+static void pend_done(struct pend *p)
+{
+	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
+	if (c)
+		evhttp_connection_set_closecb(c, NULL, NULL);
+}
+
+static void on_reply(void *arg, json_t *reply, const char *data, size_t len);
+
+/* Send req (stolen) to the agent for p; on failure answer and free p. */
+static void call(struct pend *p, json_t *req, const void *data, size_t len)
+{
+	int rc = box_call(p->b, req, data, len, on_reply, p);
+	json_decref(req);
+	if (rc < 0) {
+		pend_done(p);
+		if (p->streaming) {
+			evhttp_send_reply_end(p->req);
+		} else {
+			http_error(p->req, 409, "conflict", "sandbox %s is not running",
+				   box_id(p->b));
+		}
+		pend_free(p);
+	}
+}
+
+static void wait_for(struct pend *p, int64_t timeout, const char *until)
+{
+	call(p, json_pack("{s:s,s:I,s:I,s:s}", "op", "wait", "process_id", (json_int_t)p->pid,
+			  "timeout_ms", (json_int_t)timeout, "until", until),
+	     NULL, 0);
+}
+
+static json_t *process_answer(json_t *reply, const char *data, size_t len, bool final)
+{
+	size_t ol = (size_t)json_integer_value(json_object_get(reply, "stdout_len"));
+	size_t el = (size_t)json_integer_value(json_object_get(reply, "stderr_len"));
+	if (ol > len || el > len - ol) /* the agent is not trusted */
+		ol = el = 0;
+	bool running = json_is_true(json_object_get(reply, "running"));
+	json_t *o = json_object();
+	if (running) {
+		json_object_set_new(o, "running", json_true());
+		json_object_set(o, "process_id", json_object_get(reply, "process_id"));
+	} else {
+		if (!final) {
+			json_object_set_new(o, "running", json_false());
+			json_object_set(o, "process_id", json_object_get(reply, "process_id"));
+		}
+		const char *keys[] = {"exit_code", "signal", "duration_ms", "timed_out"};
+		for (size_t i = 0; i < 4; i++) {
+			json_t *v = json_object_get(reply, keys[i]);
+			json_object_set_new(o, keys[i], v ? json_incref(v) : json_integer(0));
+		}
+	}
+	json_object_set_new(o, "stdout", text(data, ol));
+	json_object_set_new(o, "stderr", text(data + ol, el));
+	json_object_set_new(o, "truncated",
+			    json_boolean(json_is_true(json_object_get(reply, "truncated"))));
+	return o;
+}
+
+static void sse_event(struct evhttp_request *req, const char *event, json_t *data)
+{
+	char *s = json_dumps(data, JSON_COMPACT);
+	json_decref(data);
+	struct evbuffer *b = evbuffer_new();
+	if (b && s) {
+		evbuffer_add_printf(b, "event: %s\ndata: %s\n\n", event, s);
+		evhttp_send_reply_chunk(req, b);
+	}
+	if (b)
+		evbuffer_free(b);
+	free(s);
+}
+
+static void sse_output(struct pend *p, json_t *reply, const char *data, size_t len)
+{
+	size_t ol = (size_t)json_integer_value(json_object_get(reply, "stdout_len"));
+	size_t el = (size_t)json_integer_value(json_object_get(reply, "stderr_len"));
+	if (ol > len || el > len - ol)
+		ol = el = 0;
+	if (ol)
+		sse_event(p->req, "stdout", json_pack("{s:o}", "data", text(data, ol)));
+	if (el)
+		sse_event(p->req, "stderr", json_pack("{s:o}", "data", text(data + ol, el)));
+}
+
+static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
+{
+	struct pend *p = arg;
+	struct evhttp_request *req = p->req;
+	if (!reply) {
+		pend_done(p);
+		if (p->streaming) {
+			sse_event(req, "error", json_pack("{s:s}", "message", "sandbox stopped"));
+			evhttp_send_reply_end(req);
+		} else {
+			http_error(req, 409, "conflict", "sandbox %s stopped", box_id(p->b));
+		}
+		pend_free(p);
+		return;
+	}
+	json_t *err = json_object_get(reply, "error");
+	if (err) {
+		const char *code = json_string_value(json_object_get(err, "code"));
+		const char *msg = json_string_value(json_object_get(err, "message"));
+		pend_done(p);
+		if (p->kind == P_CREATE) {
+			struct box *b = p->b;
+			http_error(req, !strcmp(code ? code : "", "too_large") ? 413 : 400,
+				   "invalid_request", "manifest: %s", msg ? msg : "failed");
+			box_delete(b);
+		} else if (p->streaming) {
+			sse_event(req, "error", json_pack("{s:s}", "message", msg ? msg : "error"));
+			evhttp_send_reply_end(req);
+		} else {
+			http_error_code(req, code ? code : "internal", msg ? msg : "agent error");
+		}
+		pend_free(p);
+		return;
+	}
+	switch (p->kind) {
+	case P_EXEC: /* the process started; now wait for it */
+		p->pid = json_integer_value(json_object_get(reply, "process_id"));
+		p->kind = P_WAIT;
+		metrics_exec_started();
+		if (p->sse) {
+			struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+			evhttp_add_header(h, "Content-Type", "text/event-stream");
+			evhttp_add_header(h, "Cache-Control", "no-store");
+			evhttp_send_reply_start(req, 200, "OK");
+			p->streaming = true;
+			wait_for(p, 0, "output");
+		} else {
+			wait_for(p, p->yield ? (p->yield_ms ? p->yield_ms : 1) : 0,
+				 p->yield ? "exit" : "exit");
+		}
+		return;
+	case P_WAIT:
+	case P_STDIN: {
+		bool running = json_is_true(json_object_get(reply, "running"));
+		if (p->streaming) {
+			sse_output(p, reply, data, len);
+			if (running) {
+				wait_for(p, 0, "output");
+				return;
+			}
+			json_t *fin = process_answer(reply, "", 0, true);
+			json_object_del(fin, "stdout");
+			json_object_del(fin, "stderr");
+			sse_event(req, "exit", fin);
+			pend_done(p);
+			evhttp_send_reply_end(req);
+			metrics_exec_done(now_ms() - p->started);
+			pend_free(p);
+			return;
+		}
+		pend_done(p);
+		if (!running && p->kind == P_WAIT)
+			metrics_exec_done(now_ms() - p->started);
+		http_json(req, 200, process_answer(reply, data, len, p->kind == P_WAIT && !p->yield));
+		pend_free(p);
+		return;
+	}
+	case P_CREATE:
+		pend_done(p);
+		http_json(req, 201, json_incref(p->extra));
+		pend_free(p);
+		return;
+	case P_READ:
+		pend_done(p);
+		metrics_bytes(len, 0);
+		http_raw(req, 200, "application/octet-stream", data, len);
+		pend_free(p);
+		return;
+	case P_IMAGE: {
+		pend_done(p);
+		const char *mime;
+		uint32_t w, h;
+		if (moat_image_sniff(data, len, &mime, &w, &h) < 0) {
+			http_error(req, 415, "unsupported_media_type",
+				   "not a PNG, JPEG, GIF or WebP image");
+		} else {
+			char *b64 = moat_base64(data, len);
+			if (!b64)
+				http_error(req, 500, "internal", "out of memory");
+			else
+				http_json(req, 200, json_pack("{s:s,s:I,s:I,s:s%}", "mime", mime,
+							      "width", (json_int_t)w, "height",
+							      (json_int_t)h, "data", b64,
+							      strlen(b64)));
+			free(b64);
+		}
+		pend_free(p);
+		return;
+	}
+	case P_PACK: {
+		pend_done(p);
+		struct moat_buf tar = {0};
+		struct moat_err e = {0};
+		if (moat_entries_to_archive(data, len, &tar, &e) < 0)
+			http_error(req, 500, "internal", "archive: %s", e.msg);
+		else
+			http_raw(req, 200, "application/x-tar", tar.p, tar.len);
+		metrics_bytes(tar.len, 0);
+		moat_buf_free(&tar);
+		pend_free(p);
+		return;
+	}
+	case P_LIST:
+	case P_STAT:
+	case P_PS:
+	case P_PLAIN: {
+		pend_done(p);
+		json_object_del(reply, "id");
+		json_t *out = p->kind == P_STAT ? json_object_get(reply, "entry") : reply;
+		if (p->kind == P_LIST)
+			json_object_del(reply, "truncated");
+		http_json(req, 200, json_incref(out ? out : reply));
+		pend_free(p);
+		return;
+	}
+	case P_NOCONTENT:
+		pend_done(p);
+		http_no_content(req);
+		pend_free(p);
+		return;
+	}
+}
+
+/* Start an agent call for req on sandbox b. */
+static void simple(struct evhttp_request *req, struct box *b, enum pend_kind k, json_t *op,
+		   const void *data, size_t len)
+{
+	struct pend *p = pend_new(req, b, k);
+	if (!p) {
+		json_decref(op);
+		http_error(req, 500, "internal", "out of memory");
+		return;
+	}
+	call(p, op, data, len);
+}
+
+/* ---- sandboxes -------------------------------------------------------------- */
+
+static bool parse_size_field(struct evhttp_request *req, json_t *v, const char *what,
+			     uint64_t *out)
+{
+	if (!v || json_is_null(v))
+		return true;
+	struct moat_err e = {0};
+	if (json_is_integer(v) && json_integer_value(v) > 0) {
+		*out = (uint64_t)json_integer_value(v);
+		return true;
+	}
+	if (json_is_string(v) && moat_parse_size(json_string_value(v), out, &e) == 0)
+		return true;
+	http_error(req, 400, "invalid_request", "%s: expected a size like \"512M\" or bytes%s%s",
+		   what, e.msg[0] ? ": " : "", e.msg);
+	return false;
+}
+
+static bool parse_limits(struct evhttp_request *req, json_t *l, struct box_spec *s)
+{
+	if (!l || json_is_null(l))
+		return true;
+	static const char *const keys[] = {"memory", "pids", "cpus", "disk", NULL};
+	if (!json_is_object(l)) {
+		http_error(req, 400, "invalid_request", "limits must be an object");
+		return false;
+	}
+	if (!only_keys(req, l, "limits", keys))
+		return false;
+	if (!parse_size_field(req, json_object_get(l, "memory"), "limits.memory", &s->memory) ||
+	    !parse_size_field(req, json_object_get(l, "disk"), "limits.disk", &s->disk))
+		return false;
+	if (s->memory && s->memory < (16u << 20)) {
+		http_error(req, 400, "invalid_request", "limits.memory: at least 16M");
+		return false;
+	}
+	int64_t pids = 0;
+	if (!get_int(req, l, "pids", 1 << 22, &pids))
+		return false;
+	s->pids = (uint64_t)pids;
+	json_t *c = json_object_get(l, "cpus");
+	if (c && !json_is_null(c)) {
+		double v = json_number_value(c);
+		if (!json_is_number(c) || v <= 0 || v > 1024) {
+			http_error(req, 400, "invalid_request", "limits.cpus must be a number > 0");
+			return false;
+		}
+		s->cpu_milli = (uint64_t)(v * 1000 + 0.5);
+	}
+	return true;
+}
+
+static void h_create(struct evhttp_request *req)
+{
+	json_t *body = http_body_json(req, true);
+	if (!body)
+		return;
+	static const char *const keys[] = {"manifest", "image",	 "env",	     "limits",
+					   "timeout_s", "idle_timeout_s", "metadata", NULL};
+	struct box_spec s = {.idle_timeout_s = 1200};
+	struct moat_buf entries = {0};
+	json_t *env = NULL;
+	if (!only_keys(req, body, "body", keys))
+		goto out;
+	json_t *img = json_object_get(body, "image");
+	if (img && !json_is_null(img) &&
+	    (!json_is_string(img) || strcmp(json_string_value(img), "host") != 0)) {
+		if (!json_is_string(img)) {
+			http_error(req, 400, "invalid_request", "image must be \"host\" or a path");
+			goto out;
+		}
+		http_error(req, 400, "invalid_request",
+			   "image \"%.200s\": only \"host\" is supported by this daemon",
+			   json_string_value(img));
+		goto out;
+	}
+	if (!string_map(req, json_object_get(body, "env"), "env", true) ||
+	    !string_map(req, json_object_get(body, "metadata"), "metadata", false) ||
+	    !parse_limits(req, json_object_get(body, "limits"), &s) ||
+	    !get_int(req, body, "timeout_s", 10LL * 365 * 86400, &s.timeout_s) ||
+	    !get_int(req, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s))
+		goto out;
+	env = json_object();
+	json_object_set_new(env, "PATH", json_string("/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"));
+	json_object_set_new(env, "HOME", json_string("/home/sandbox"));
+	json_object_set_new(env, "LANG", json_string("C.UTF-8"));
+	json_object_set_new(env, "TERM", json_string("xterm-256color"));
+	json_object_set_new(env, "MOAT_SANDBOX", json_string("1"));
+	if (json_object_get(body, "env"))
+		json_object_update(env, json_object_get(body, "env"));
+	json_t *m = json_object_get(body, "manifest");
+	if (m && !json_is_null(m)) {
+		struct moat_err e = {0};
+		if (manifest_build(m, conf->host_paths, &entries, env, &e) < 0) {
+			int st = e.errnum == EACCES ? 403 : e.errnum == EFBIG ? 413 : 400;
+			http_error(req, st, st == 403 ? "forbidden" : st == 413 ? "too_large"
+							   : "invalid_request", "%s", e.msg);
+			goto out;
+		}
+	}
+	s.env = env;
+	s.metadata = json_object_get(body, "metadata");
+	if (!s.metadata || json_is_null(s.metadata))
+		s.metadata = json_object();
+	else
+		json_incref(s.metadata);
+	struct moat_err e = {0};
+	struct box *b = box_create(&s, &e);
+	json_decref(s.metadata);
+	if (!b) {
+		if (e.errnum == EAGAIN)
+			http_error(req, 429, "limit_reached", "%s", e.msg);
+		else
+			http_error(req, 500, "internal", "cannot start the sandbox: %s", e.msg);
+		goto out;
+	}
+	metrics_created();
+	if (!entries.len) {
+		http_json(req, 201, box_json(b));
+		goto out;
+	}
+	struct pend *p = pend_new(req, b, P_CREATE);
+	if (!p) {
+		box_delete(b);
+		http_error(req, 500, "internal", "out of memory");
+		goto out;
+	}
+	p->extra = box_json(b);
+	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
+	     entries.p, entries.len);
+out:
+	json_decref(env);
+	moat_buf_free(&entries);
+	json_decref(body);
+}
+
+struct list_ctx {
+	json_t *out, *filter;
+};
+
+static void list_one(struct box *b, void *arg)
+{
+	struct list_ctx *c = arg;
+	const char *k;
+	json_t *v;
+	json_object_foreach(c->filter, k, v)
+	{
+		json_t *have = json_object_get(box_metadata(b), k);
+		if (!have || !json_equal(have, v))
+			return;
+	}
+	json_array_append_new(c->out, box_json(b));
+}
+
+static void h_list(struct evhttp_request *req)
+{
+	struct list_ctx c = {json_array(), http_query_prefixed(req, "metadata.")};
+	box_each(list_one, &c);
+	json_decref(c.filter);
+	http_json(req, 200, json_pack("{s:o}", "sandboxes", c.out));
+}
+
+/* ---- exec and processes ----------------------------------------------------- */
+
+static void h_exec(struct evhttp_request *req, struct box *b)
+{
+	json_t *body = http_body_json(req, false);
+	if (!body)
+		return;
+	static const char *const keys[] = {"cmd", "cwd", "env", "stdin", "timeout_ms", "yield_ms",
+					   "max_output_bytes", "tty", "cols", "rows", NULL};
+	json_t *argv = NULL, *env = NULL;
+	int64_t timeout = 0, yield = -1, maxout = 0, cols = 0, rows = 0;
+	bool tty = false;
+	if (!only_keys(req, body, "body", keys))
+		goto out;
+	json_t *cmd = json_object_get(body, "cmd");
+	if (json_is_string(cmd) && json_string_length(cmd) &&
+	    strlen(json_string_value(cmd)) == json_string_length(cmd)) {
+		argv = json_pack("[s,s,O]", "/bin/sh", "-c", cmd);
+	} else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(cmd, i, v) if (!json_is_string(v) ||
+						  strlen(json_string_value(v)) !=
+							  json_string_length(v))
+		{
+			http_error(req, 400, "invalid_request", "cmd[%zu] must be a string", i);
+			goto out;
+		}
+		argv = json_incref(cmd);
+	} else {
+		http_error(req, 400, "invalid_request",
+			   "cmd must be a non-empty string or array of strings");
+		goto out;
+	}
+	json_t *cwdv = json_object_get(body, "cwd");
+	const char *cwd = WORKSPACE;
+	if (cwdv && !json_is_null(cwdv)) {
+		if (!json_is_string(cwdv) || !json_string_length(cwdv)) {
+			http_error(req, 400, "invalid_request", "cwd must be a path");
+			goto out;
+		}
+		cwd = json_string_value(cwdv);
+	}
+	char cwdbuf[4200];
+	if (cwd[0] != '/') {
+		snprintf(cwdbuf, sizeof cwdbuf, WORKSPACE "/%s", cwd);
+		cwd = cwdbuf;
+	}
+	json_t *st = json_object_get(body, "stdin");
+	if (st && !json_is_null(st) && !json_is_string(st)) {
+		http_error(req, 400, "invalid_request", "stdin must be a string");
+		goto out;
+	}
+	if (!string_map(req, json_object_get(body, "env"), "env", true) ||
+	    !get_int(req, body, "timeout_ms", 86400000LL * 30, &timeout) ||
+	    !get_int(req, body, "yield_ms", 3600000, &yield) ||
+	    !get_int(req, body, "max_output_bytes", 64 << 20, &maxout) ||
+	    !get_int(req, body, "cols", 9999, &cols) || !get_int(req, body, "rows", 9999, &rows) ||
+	    !get_bool(req, body, "tty", &tty))
+		goto out;
+	struct pend *p = pend_new(req, b, P_EXEC);
+	if (!p) {
+		http_error(req, 500, "internal", "out of memory");
+		goto out;
+	}
+	const char *accept = evhttp_find_header(evhttp_request_get_input_headers(req), "Accept");
+	p->sse = accept && strstr(accept, "text/event-stream");
+	p->yield = yield >= 0 && !p->sse;
+	p->yield_ms = yield;
+	env = box_env(b, json_object_get(body, "env"));
+	json_t *op = json_pack("{s:s,s:O,s:O,s:s,s:b,s:b,s:I,s:I,s:I,s:I}", "op", "exec", "argv",
+			       argv, "env", env, "cwd", cwd, "tty", tty, "close_stdin", !p->yield,
+			       "timeout_ms", (json_int_t)timeout, "max_output_bytes",
+			       (json_int_t)maxout, "cols", (json_int_t)cols, "rows", (json_int_t)rows);
+	const char *in = st && json_is_string(st) ? json_string_value(st) : "";
+	size_t inlen = st && json_is_string(st) ? json_string_length(st) : 0;
+	metrics_bytes(0, inlen);
+	call(p, op, in, inlen);
+out:
+	json_decref(argv);
+	json_decref(env);
+	json_decref(body);
+}
+
+static bool parse_pid(struct evhttp_request *req, const char *s, int64_t *out)
+{
+	char *end;
+	long long v = strtoll(s, &end, 10);
+	if (!*s || *end || v <= 0 || v > 2000000000) {
+		http_error(req, 404, "not_found", "no process %.32s", s);
+		return false;
+	}
+	*out = v;
+	return true;
+}
+
+static void h_stdin(struct evhttp_request *req, struct box *b, const char *pids)
+{
+	int64_t pid, yield = 250;
+	bool close = false;
+	if (!parse_pid(req, pids, &pid))
+		return;
+	json_t *body = http_body_json(req, true);
+	if (!body)
+		return;
+	static const char *const keys[] = {"data", "yield_ms", "close", NULL};
+	json_t *d = json_object_get(body, "data");
+	if (!only_keys(req, body, "body", keys) ||
+	    !get_int(req, body, "yield_ms", 3600000, &yield) || !get_bool(req, body, "close", &close))
+		goto out;
+	if (d && !json_is_null(d) && !json_is_string(d)) {
+		http_error(req, 400, "invalid_request", "data must be a string");
+		goto out;
+	}
+	struct pend *p = pend_new(req, b, P_STDIN);
+	if (!p) {
+		http_error(req, 500, "internal", "out of memory");
+		goto out;
+	}
+	p->pid = pid;
+	p->yield_ms = yield;
+	/* write, then collect what it printed for yield_ms (both in order on
+	 * one connection: the agent answers the write first) */
+	json_t *op = json_pack("{s:s,s:I,s:b}", "op", "stdin", "process_id", (json_int_t)pid,
+			       "close", close);
+	const char *data = d && json_is_string(d) ? json_string_value(d) : "";
+	size_t len = d && json_is_string(d) ? json_string_length(d) : 0;
+	/* the write's own ack is not waited for: a failure (the process
+	 * ended) shows in the wait's answer */
+	if (box_call(b, op, data, len, NULL, NULL) < 0) {
+		json_decref(op);
+		pend_done(p);
+		http_error(req, 409, "conflict", "sandbox %s is not running", box_id(b));
+		pend_free(p);
+		goto out;
+	}
+	json_decref(op);
+	wait_for(p, yield ? yield : 1, "exit");
+out:
+	json_decref(body);
+}
+
+static void h_signal(struct evhttp_request *req, struct box *b, const char *pids)
+{
+	int64_t pid;
+	if (!parse_pid(req, pids, &pid))
+		return;
+	char *sig = http_query(req, "signal");
+	simple(req, b, P_NOCONTENT,
+	       json_pack("{s:s,s:I,s:s}", "op", "signal", "process_id", (json_int_t)pid, "signal",
+			 sig ? sig : "KILL"),
+	       NULL, 0);
+	free(sig);
+}
+
+/* ---- files -------------------------------------------------------------------- */
+
+static char *need_path(struct evhttp_request *req)
+{
+	char *p = http_query(req, "path");
+	if (!p || !*p) {
+		free(p);
+		http_error(req, 400, "invalid_path", "the path query parameter is required");
+		return NULL;
+	}
+	return p;
+}
+
+static void h_files(struct evhttp_request *req, struct box *b, const char *sub)
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	char *path = need_path(req);
+	if (!path)
+		return;
+	if (!sub && m == EVHTTP_REQ_GET) {
+		simple(req, b, P_READ, json_pack("{s:s,s:s}", "op", "read", "path", path), NULL, 0);
+	} else if (!sub && m == EVHTTP_REQ_PUT) {
+		size_t len;
+		const char *data = http_body(req, &len);
+		if (len > conf->max_file) {
+			http_error(req, 413, "too_large", "file over %llu bytes",
+				   (unsigned long long)conf->max_file);
+		} else {
+			metrics_bytes(0, len);
+			simple(req, b, P_NOCONTENT,
+			       json_pack("{s:s,s:s}", "op", "write", "path", path), data, len);
+		}
+	} else if (!sub && m == EVHTTP_REQ_DELETE) {
+		char *rec = http_query(req, "recursive");
+		bool r = rec && (!strcmp(rec, "true") || !strcmp(rec, "1"));
+		free(rec);
+		simple(req, b, P_NOCONTENT,
+		       json_pack("{s:s,s:s,s:b}", "op", "delete", "path", path, "recursive", r), NULL,
+		       0);
+	} else if (sub && !strcmp(sub, "mkdir") && m == EVHTTP_REQ_POST) {
+		simple(req, b, P_NOCONTENT, json_pack("{s:s,s:s}", "op", "mkdir", "path", path),
+		       NULL, 0);
+	} else if (sub && !strcmp(sub, "list") && m == EVHTTP_REQ_GET) {
+		char *d = http_query(req, "depth");
+		char *end = NULL;
+		long depth = d ? strtol(d, &end, 10) : 1;
+		if (d && (*end || depth < 1 || depth > 64)) {
+			http_error(req, 400, "invalid_request", "depth must be 1 to 64");
+		} else {
+			simple(req, b, P_LIST,
+			       json_pack("{s:s,s:s,s:i}", "op", "list", "path", path, "depth",
+					 (int)depth),
+			       NULL, 0);
+		}
+		free(d);
+	} else if (sub && !strcmp(sub, "stat") && m == EVHTTP_REQ_GET) {
+		simple(req, b, P_STAT, json_pack("{s:s,s:s}", "op", "stat", "path", path), NULL, 0);
+	} else {
+		http_error(req, sub && strcmp(sub, "mkdir") && strcmp(sub, "list") &&
+					strcmp(sub, "stat")
+				    ? 404
+				    : 405,
+			   sub && strcmp(sub, "mkdir") && strcmp(sub, "list") && strcmp(sub, "stat")
+				   ? "not_found"
+				   : "method_not_allowed",
+			   "no such route");
+	}
+	free(path);
+}
+
+static void h_patch(struct evhttp_request *req, struct box *b)
+{
+	json_t *body = http_body_json(req, false);
+	if (!body)
+		return;
+	static const char *const keys[] = {"patch", NULL};
+	json_t *pt = json_object_get(body, "patch");
+	if (only_keys(req, body, "body", keys)) {
+		if (!json_is_string(pt) || !json_string_length(pt))
+			http_error(req, 400, "invalid_request", "patch must be a non-empty string");
+		else
+			simple(req, b, P_PLAIN, json_pack("{s:s}", "op", "patch"),
+			       json_string_value(pt), json_string_length(pt));
+	}
+	json_decref(body);
+}
+
+static void h_image(struct evhttp_request *req, struct box *b)
+{
+	char *path = need_path(req);
+	if (!path)
+		return;
+	simple(req, b, P_IMAGE,
+	       json_pack("{s:s,s:s,s:I}", "op", "read", "path", path, "max", (json_int_t)IMAGE_MAX),
+	       NULL, 0);
+	free(path);
+}
+
+static void h_archive(struct evhttp_request *req, struct box *b)
+{
+	if (evhttp_request_get_command(req) == EVHTTP_REQ_GET) {
+		simple(req, b, P_PACK, json_pack("{s:s,s:s}", "op", "pack", "path", WORKSPACE), NULL,
+		       0);
+		return;
+	}
+	size_t len;
+	const char *tar = http_body(req, &len);
+	struct moat_archive_limits lim = {.max_total = conf->max_archive, .max_entries = 100000};
+	struct moat_buf entries = {0};
+	struct moat_err e = {0};
+	if (moat_archive_to_entries(tar, len, &lim, &entries, &e) < 0) {
+		bool big = e.errnum == EFBIG;
+		http_error(req, big ? 413 : 400, big ? "too_large" : "invalid_request", "archive: %s",
+			   e.msg);
+		moat_buf_free(&entries);
+		return;
+	}
+	metrics_bytes(0, len);
+	simple(req, b, P_NOCONTENT,
+	       json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 1),
+	       entries.p, entries.len);
+	moat_buf_free(&entries);
+}
+
+/* ---- routing ------------------------------------------------------------------- */
+
+static void not_allowed(struct evhttp_request *req)
+{
+	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
+		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
+}
+
+void api_route(struct evhttp_request *req)
+{
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *path = u ? evhttp_uri_get_path(u) : NULL;
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	metrics_request();
+	if (!path) {
+		http_error(req, 400, "invalid_request", "bad request URI");
+		return;
+	}
+	char buf[512];
+	if (strlen(path) >= sizeof buf) {
+		http_error(req, 404, "not_found", "no such route");
+		return;
+	}
+	snprintf(buf, sizeof buf, "%s", path);
+	char *seg[8];
+	int n = 0;
+	for (char *s = strtok(buf, "/"); s && n < 8; s = strtok(NULL, "/"))
+		seg[n++] = s;
+	if (n == 1 && !strcmp(seg[0], "healthz")) {
+		http_json(req, 200, json_pack("{s:b,s:I}", "ok", 1, "sandboxes",
+					      (json_int_t)box_count()));
+		return;
+	}
+	if (n == 1 && !strcmp(seg[0], "metrics")) {
+		char *t = metrics_text();
+		http_raw(req, 200, "text/plain; version=0.0.4", t, strlen(t));
+		free(t);
+		return;
+	}
+	if (n < 2 || strcmp(seg[0], "v1") || strcmp(seg[1], "sandboxes")) {
+		http_error(req, 404, "not_found", "no such route: %.200s", path);
+		return;
+	}
+	if (n == 2) {
+		if (m == EVHTTP_REQ_POST)
+			h_create(req);
+		else if (m == EVHTTP_REQ_GET)
+			h_list(req);
+		else
+			not_allowed(req);
+		return;
+	}
+	struct box *b = box_find(seg[2]);
+	if (!b) {
+		http_error(req, 404, "not_found", "no sandbox %.64s", seg[2]);
+		return;
+	}
+	box_touch(b);
+	if (n == 3) {
+		if (m == EVHTTP_REQ_GET) {
+			http_json(req, 200, box_json(b));
+		} else if (m == EVHTTP_REQ_DELETE) {
+			box_delete(b);
+			metrics_deleted();
+			http_no_content(req);
+		} else {
+			not_allowed(req);
+		}
+		return;
+	}
+	const char *what = seg[3];
+	if (!strcmp(what, "exec") && n == 4)
+		m == EVHTTP_REQ_POST ? h_exec(req, b) : not_allowed(req);
+	else if (!strcmp(what, "processes") && n == 4)
+		m == EVHTTP_REQ_GET ? simple(req, b, P_PS, json_pack("{s:s}", "op", "ps"), NULL, 0)
+				    : not_allowed(req);
+	else if (!strcmp(what, "processes") && n == 6 && !strcmp(seg[5], "stdin"))
+		m == EVHTTP_REQ_POST ? h_stdin(req, b, seg[4]) : not_allowed(req);
+	else if (!strcmp(what, "processes") && n == 5)
+		m == EVHTTP_REQ_DELETE ? h_signal(req, b, seg[4]) : not_allowed(req);
+	else if (!strcmp(what, "files") && (n == 4 || n == 5))
+		h_files(req, b, n == 5 ? seg[4] : NULL);
+	else if (!strcmp(what, "patch") && n == 4)
+		m == EVHTTP_REQ_POST ? h_patch(req, b) : not_allowed(req);
+	else if (!strcmp(what, "image") && n == 4)
+		m == EVHTTP_REQ_GET ? h_image(req, b) : not_allowed(req);
+	else if (!strcmp(what, "archive") && n == 4)
+		(m == EVHTTP_REQ_GET || m == EVHTTP_REQ_PUT) ? h_archive(req, b) : not_allowed(req);
+	else
+		http_error(req, 404, "not_found", "no such route: %.200s", path);
+}

@@ -1,0 +1,18 @@
+/* The API's routes (docs/API.md). */
+#ifndef MOAT_SERVE_API_H
+#define MOAT_SERVE_API_H
+
+#include <event2/http.h>
+#include <stdint.h>
+
+struct api_config {
+	char *const *host_paths; /* --allow-host-path dirs, NULL-terminated */
+	uint64_t max_file;       /* PUT files body limit */
+	uint64_t max_archive;    /* unpacked archive limit */
+};
+
+void api_init(const struct api_config *c);
+/* Route one authenticated request. */
+void api_route(struct evhttp_request *req);
+
+#endif

@@ -1,0 +1,723 @@
+/* Sandboxes of the daemon: see box.h. */
+#define _GNU_SOURCE
+#include "box.h"
+
+#include "store.h"
+#include "../base/cleanup.h"
+#include "../base/util.h"
+#include "../proto/frame.h"
+
+#include <moat/jail.h>
+#include <moat/policy.h>
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <fcntl.h>
+#include <ftw.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define SANDBOX_HOME "/home/sandbox"
+#define WORKSPACE "/workspace"
+
+struct call {
+	json_int_t id;
+	box_reply_cb cb;
+	void *arg;
+	struct call *next;
+};
+
+struct box {
+	char id[24];
+	char dir[64];        /* relative to the data dir: sandboxes/<id> */
+	json_t *spec;        /* what the store keeps: env, metadata, image, limits, timeouts */
+	int64_t created_at;  /* unix seconds */
+	pid_t pid;
+	uint64_t pid_start;
+	struct moat_strv cgroups;
+	int pidfd;
+	struct event *pidev;
+	bool child;          /* ours to reap (not after a restart) */
+	bool running;
+	struct bufferevent *bev;
+	struct call *calls;
+	json_int_t next_call;
+	int64_t last_active; /* monotonic ms */
+	bool idle_check;     /* a ping for idle reaping is out */
+	bool deleted;        /* freed from the event loop, not from a callback */
+};
+
+static struct event_base *evbase;
+static struct box_config cfg;
+static struct box **boxes;
+static size_t nboxes, capboxes;
+static struct event *reaper;
+
+static int64_t now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* ---- registry ----------------------------------------------------------- */
+
+static void reg_add(struct box *b)
+{
+	if (nboxes == capboxes) {
+		size_t cap = capboxes ? capboxes * 2 : 64;
+		struct box **nb = realloc(boxes, cap * sizeof *nb);
+		if (!nb)
+			abort();
+		boxes = nb;
+		capboxes = cap;
+	}
+	boxes[nboxes++] = b;
+}
+
+static void reg_del(struct box *b)
+{
+	for (size_t i = 0; i < nboxes; i++)
+		if (boxes[i] == b) {
+			boxes[i] = boxes[--nboxes];
+			return;
+		}
+}
+
+struct box *box_find(const char *id)
+{
+	for (size_t i = 0; i < nboxes; i++)
+		if (!strcmp(boxes[i]->id, id))
+			return boxes[i];
+	return NULL;
+}
+
+void box_each(void (*fn)(struct box *b, void *arg), void *arg)
+{
+	for (size_t i = 0; i < nboxes; i++)
+		fn(boxes[i], arg);
+}
+
+size_t box_count(void)
+{
+	return nboxes;
+}
+
+const char *box_id(const struct box *b)
+{
+	return b->id;
+}
+
+bool box_running(const struct box *b)
+{
+	return b->running;
+}
+
+const json_t *box_metadata(const struct box *b)
+{
+	return json_object_get(b->spec, "metadata");
+}
+
+void box_touch(struct box *b)
+{
+	b->last_active = now_ms();
+}
+
+json_t *box_json(const struct box *b)
+{
+	char when[32];
+	time_t t = (time_t)b->created_at;
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", b->id, "state",
+			      b->running ? "running" : "stopped", "created_at", when, "workspace",
+			      WORKSPACE);
+	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata"};
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		json_t *v = json_object_get(b->spec, keys[i]);
+		if (v)
+			json_object_set(o, keys[i], v);
+	}
+	return o;
+}
+
+json_t *box_env(const struct box *b, json_t *extra)
+{
+	json_t *env = json_deep_copy(json_object_get(b->spec, "env"));
+	if (!env)
+		env = json_object();
+	if (extra)
+		json_object_update(env, extra);
+	json_t *a = json_array();
+	const char *k;
+	json_t *v;
+	json_object_foreach(env, k, v)
+	{
+		char *s = moat_strdupf("%s=%s", k, json_string_value(v));
+		json_array_append_new(a, json_string(s));
+		free(s);
+	}
+	json_decref(env);
+	return a;
+}
+
+/* ---- the agent channel -------------------------------------------------- */
+
+static void fail_calls(struct box *b)
+{
+	struct call *c = b->calls;
+	b->calls = NULL;
+	while (c) {
+		struct call *next = c->next;
+		if (c->cb)
+			c->cb(c->arg, NULL, NULL, 0);
+		free(c);
+		c = next;
+	}
+}
+
+static void drop_conn(struct box *b)
+{
+	if (b->bev) {
+		bufferevent_free(b->bev);
+		b->bev = NULL;
+	}
+	fail_calls(b);
+}
+
+static void on_read(struct bufferevent *bev, void *arg)
+{
+	struct box *b = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	for (;;) {
+		unsigned char h[MOAT_FRAME_HDR];
+		if (evbuffer_copyout(in, h, sizeof h) != (ev_ssize_t)sizeof h)
+			return;
+		uint32_t jl, dl;
+		if (moat_frame_parse(h, &jl, &dl) < 0) {
+			drop_conn(b); /* the agent is not to be trusted: no resync */
+			return;
+		}
+		size_t need = MOAT_FRAME_HDR + (size_t)jl + dl;
+		if (evbuffer_get_length(in) < need)
+			return;
+		evbuffer_drain(in, MOAT_FRAME_HDR);
+		char *js = malloc(jl);
+		char *data = dl ? malloc(dl) : NULL;
+		if (!js || (dl && !data)) {
+			free(js);
+			free(data);
+			drop_conn(b);
+			return;
+		}
+		evbuffer_remove(in, js, jl);
+		if (dl)
+			evbuffer_remove(in, data, dl);
+		json_t *reply = json_loadb(js, jl, 0, NULL);
+		free(js);
+		json_int_t id = reply ? json_integer_value(json_object_get(reply, "id")) : 0;
+		struct call **pp = &b->calls, *c = NULL;
+		for (; *pp; pp = &(*pp)->next)
+			if ((*pp)->id == id) {
+				c = *pp;
+				*pp = c->next;
+				break;
+			}
+		if (c && c->cb && json_is_object(reply))
+			c->cb(c->arg, reply, data, dl);
+		else if (c && c->cb)
+			c->cb(c->arg, NULL, NULL, 0);
+		free(c);
+		free(data);
+		json_decref(reply);
+		if (b->bev != bev) /* a callback deleted the sandbox or the link */
+			return;
+	}
+}
+
+static void on_event(struct bufferevent *bev, short what, void *arg)
+{
+	struct box *b = arg;
+	if (what & (BEV_EVENT_EOF | BEV_EVENT_ERROR))
+		drop_conn(b);
+}
+
+static int connect_agent(struct box *b)
+{
+	if (b->bev)
+		return 0;
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", b->dir);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0) {
+		close(fd);
+		return -1;
+	}
+	b->bev = bufferevent_socket_new(evbase, fd, BEV_OPT_CLOSE_ON_FREE);
+	if (!b->bev) {
+		close(fd);
+		return -1;
+	}
+	bufferevent_setcb(b->bev, on_read, NULL, on_event, b);
+	bufferevent_enable(b->bev, EV_READ | EV_WRITE);
+	return 0;
+}
+
+int box_call(struct box *b, json_t *req, const void *data, size_t len, box_reply_cb cb,
+	     void *arg)
+{
+	if (!b->running || connect_agent(b) < 0)
+		return -1;
+	struct call *c = malloc(sizeof *c);
+	if (!c)
+		return -1;
+	c->id = ++b->next_call;
+	json_object_set_new(req, "id", json_integer(c->id));
+	char *js = json_dumps(req, JSON_COMPACT);
+	size_t jl = js ? strlen(js) : 0;
+	if (!js || jl > MOAT_FRAME_JSON_MAX || len > MOAT_FRAME_DATA_MAX) {
+		free(js);
+		free(c);
+		return -1;
+	}
+	unsigned char h[MOAT_FRAME_HDR];
+	moat_frame_hdr(h, (uint32_t)jl, (uint32_t)len);
+	struct evbuffer *out = bufferevent_get_output(b->bev);
+	int rc = evbuffer_add(out, h, sizeof h) | evbuffer_add(out, js, jl) |
+		 (len ? evbuffer_add(out, data, len) : 0);
+	free(js);
+	if (rc) {
+		free(c);
+		return -1;
+	}
+	c->cb = cb;
+	c->arg = arg;
+	c->next = b->calls;
+	b->calls = c;
+	return 0;
+}
+
+static void ignore_reply(void *arg, json_t *reply, const char *data, size_t len)
+{
+}
+
+void box_cancel(struct box *b, void *arg)
+{
+	/* the call stays, so that its late reply is matched and dropped */
+	for (struct call *c = b->calls; c; c = c->next)
+		if (c->arg == arg) {
+			c->cb = ignore_reply;
+			c->arg = NULL;
+		}
+}
+
+/* ---- pid 1 -------------------------------------------------------------- */
+
+static uint64_t start_time(pid_t pid)
+{
+	char path[64], buf[1024];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *p = strrchr(buf, ')'); /* the name may hold spaces and parens */
+	if (!p)
+		return 0;
+	/* field 3 starts after ") "; start time is field 22 */
+	int field = 2;
+	for (; *p && field < 22; p++)
+		if (*p == ' ')
+			field++;
+	return strtoull(p, NULL, 10);
+}
+
+static void mark_stopped(struct box *b)
+{
+	if (!b->running)
+		return;
+	b->running = false;
+	if (b->child) {
+		while (waitpid(b->pid, NULL, WNOHANG) < 0 && errno == EINTR)
+			;
+		b->child = false;
+	}
+	if (b->pidev) {
+		event_free(b->pidev);
+		b->pidev = NULL;
+	}
+	store_set_state(b->id, "stopped");
+	drop_conn(b);
+}
+
+static void on_pid_exit(evutil_socket_t fd, short what, void *arg)
+{
+	mark_stopped(arg);
+}
+
+static int watch_pid(struct box *b)
+{
+	b->pidfd = (int)syscall(SYS_pidfd_open, b->pid, 0);
+	if (b->pidfd < 0)
+		return -1;
+	b->pidev = event_new(evbase, b->pidfd, EV_READ, on_pid_exit, b);
+	if (!b->pidev || event_add(b->pidev, NULL) < 0)
+		return -1;
+	return 0;
+}
+
+/* ---- files -------------------------------------------------------------- */
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	if (flag == FTW_DP)
+		rmdir(path);
+	else
+		unlink(path);
+	return 0;
+}
+
+static void remove_dir(const char *dir)
+{
+	/* depth first, no symlink followed, no mount crossed */
+	nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
+}
+
+/* ---- lifecycle ---------------------------------------------------------- */
+
+static void box_free(struct box *b)
+{
+	drop_conn(b);
+	if (b->pidev)
+		event_free(b->pidev);
+	if (b->pidfd >= 0)
+		close(b->pidfd);
+	json_decref(b->spec);
+	moat_strv_free(&b->cgroups);
+	free(b);
+}
+
+static void random_id(char *out, size_t len)
+{
+	static const char al[] = "abcdefghijklmnopqrstuvwxyz0123456789";
+	unsigned char r[32];
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
+		abort(); /* no entropy: nothing sensible to do */
+	/* first character a letter: valid as a DNS label and a hostname */
+	out[0] = al[r[0] % 26];
+	for (size_t i = 1; i < len; i++)
+		out[i] = al[r[i] % 36];
+	out[len] = '\0';
+}
+
+static json_t *spec_json(const struct box_spec *s)
+{
+	json_t *lim = json_object();
+	if (s->memory)
+		json_object_set_new(lim, "memory", json_integer((json_int_t)s->memory));
+	if (s->pids)
+		json_object_set_new(lim, "pids", json_integer((json_int_t)s->pids));
+	if (s->cpu_milli)
+		json_object_set_new(lim, "cpus", json_real((double)s->cpu_milli / 1000));
+	if (s->disk)
+		json_object_set_new(lim, "disk", json_integer((json_int_t)s->disk));
+	return json_pack("{s:O,s:O,s:s,s:o,s:I,s:I}", "env", s->env, "metadata", s->metadata,
+			 "image", s->image ? s->image : "host", "limits", lim, "timeout_s",
+			 (json_int_t)s->timeout_s, "idle_timeout_s", (json_int_t)s->idle_timeout_s);
+}
+
+static int save(struct box *b, struct moat_err *e)
+{
+	_cleanup_free_ char *spec = json_dumps(b->spec, JSON_COMPACT);
+	json_t *cg = json_array();
+	for (size_t i = 0; i < b->cgroups.n; i++)
+		json_array_append_new(cg, json_string(b->cgroups.v[i]));
+	_cleanup_free_ char *cgs = json_dumps(cg, JSON_COMPACT);
+	json_decref(cg);
+	struct store_row r = {.id = b->id, .created_at = b->created_at, .spec = spec,
+			      .pid = b->pid, .pid_start = b->pid_start, .cgroups = cgs,
+			      .state = b->running ? "running" : "stopped"};
+	return store_put(&r, e);
+}
+
+static int listen_socket(const char *dir, struct moat_err *e)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", dir);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "socket");
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "control socket %s", sa.sun_path);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+struct box *box_create(struct box_spec *spec, struct moat_err *e)
+{
+	if (cfg.max_sandboxes && nboxes >= cfg.max_sandboxes) {
+		moat_err_set(e, MOAT_E_USAGE, EAGAIN, "at the limit of %llu sandboxes",
+			     (unsigned long long)cfg.max_sandboxes);
+		return NULL;
+	}
+	struct box *b = calloc(1, sizeof *b);
+	if (!b) {
+		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sandbox");
+		return NULL;
+	}
+	b->pidfd = -1;
+	b->pid = -1;
+	random_id(b->id, 16);
+	snprintf(b->dir, sizeof b->dir, "sandboxes/%s", b->id);
+	b->spec = spec_json(spec);
+	b->created_at = (int64_t)time(NULL);
+	b->last_active = now_ms();
+
+	struct moat_policy p;
+	moat_policy_init(&p);
+	struct moat_strv env = {0};
+	struct moat_jail *j = NULL;
+	int lfd = -1;
+	char cwd[PATH_MAX], ws[PATH_MAX + 96];
+	if (!getcwd(cwd, sizeof cwd)) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "getcwd");
+		goto fail;
+	}
+	snprintf(ws, sizeof ws, "%s/%s/workspace", cwd, b->dir);
+	if (mkdir(b->dir, 0700) < 0 || mkdir(ws, 0755) < 0) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
+		goto fail;
+	}
+	p.workspace = strdup(ws);
+	p.workspace_at = strdup(WORKSPACE);
+	p.memory = spec->memory ? spec->memory : cfg.default_memory;
+	p.pids = spec->pids ? spec->pids : cfg.default_pids;
+	p.cpu_milli = spec->cpu_milli ? spec->cpu_milli : cfg.default_cpu_milli;
+	if (spec->disk) {
+		/* the workspace is memory then: its bytes count against the
+		 * memory cgroup, so the limit covers both */
+		p.workspace_tmpfs = spec->disk;
+		if (p.memory)
+			p.memory += spec->disk;
+	}
+	if (moat_policy_finalize(&p, cwd, SANDBOX_HOME, e) < 0)
+		goto fail;
+	moat_strv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
+	lfd = listen_socket(b->dir, e);
+	if (lfd < 0)
+		goto fail;
+	char *argv[] = {"moat-agent", NULL};
+	struct moat_launch l = {
+		.argv = argv,
+		.envp = env.v,
+		.home = SANDBOX_HOME,
+		.cwd = WORKSPACE,
+		.die_with_parent = false,
+		.agent = true,
+		.agent_exe = cfg.agent_exe,
+		.agent_fds = &lfd,
+		.agent_nfds = 1,
+	};
+	if (moat_jail_spawn(&p, &l, &j, e) < 0)
+		goto fail;
+	b->pid = moat_jail_detach(j, &b->cgroups);
+	b->child = true;
+	b->running = true;
+	close(lfd);
+	lfd = -1;
+	b->pid_start = start_time(b->pid);
+	if (watch_pid(b) < 0 || connect_agent(b) < 0) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
+		goto fail;
+	}
+	if (save(b, e) < 0)
+		goto fail;
+	moat_strv_free(&env);
+	moat_policy_free(&p);
+	reg_add(b);
+	return b;
+
+fail:
+	if (lfd >= 0)
+		close(lfd);
+	if (b->pid > 0) {
+		kill(b->pid, SIGKILL);
+		if (b->child)
+			waitpid(b->pid, NULL, 0);
+		moat_cgroup_remove(&b->cgroups);
+	}
+	remove_dir(b->dir);
+	moat_strv_free(&env);
+	moat_policy_free(&p);
+	box_free(b);
+	return NULL;
+}
+
+static void free_later(evutil_socket_t fd, short what, void *arg)
+{
+	box_free(arg);
+}
+
+void box_delete(struct box *b)
+{
+	if (b->deleted)
+		return;
+	b->deleted = true;
+	reg_del(b);
+	drop_conn(b);
+	if (b->running || b->pid > 0) {
+		/* the pidfd names exactly our pid 1, never a recycled pid */
+		if (b->pidfd >= 0)
+			syscall(SYS_pidfd_send_signal, b->pidfd, SIGKILL, NULL, 0);
+		if (b->pidfd >= 0) {
+			struct pollfd pf = {.fd = b->pidfd, .events = POLLIN};
+			poll(&pf, 1, 2000);
+		}
+		if (b->child)
+			waitpid(b->pid, NULL, 0);
+	}
+	moat_cgroup_remove(&b->cgroups);
+	remove_dir(b->dir);
+	store_del(b->id);
+	b->running = false;
+	/* we may be inside one of its callbacks */
+	struct timeval now = {0, 0};
+	if (event_base_once(evbase, -1, EV_TIMEOUT, free_later, b, &now) < 0)
+		box_free(b);
+}
+
+/* ---- restart ------------------------------------------------------------ */
+
+static void restore_one(void *arg, const struct store_row *r)
+{
+	struct box *b = calloc(1, sizeof *b);
+	json_t *spec = json_loads(r->spec, 0, NULL);
+	json_t *cg = json_loads(r->cgroups, 0, NULL);
+	bool ok_id = strlen(r->id) < sizeof b->id && strspn(r->id, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(r->id);
+	if (!b || !spec || !json_is_array(cg) || !ok_id) {
+		json_decref(spec);
+		json_decref(cg);
+		free(b);
+		return;
+	}
+	snprintf(b->id, sizeof b->id, "%s", r->id);
+	snprintf(b->dir, sizeof b->dir, "sandboxes/%s", b->id);
+	b->spec = spec;
+	b->created_at = r->created_at;
+	b->pid = r->pid;
+	b->pid_start = r->pid_start;
+	b->pidfd = -1;
+	b->last_active = now_ms();
+	size_t i;
+	json_t *v;
+	json_array_foreach(cg, i, v) if (json_is_string(v)) moat_strv_add(&b->cgroups,
+									   json_string_value(v));
+	json_decref(cg);
+	/* Is our pid 1 still there? Same pid and same start time. */
+	if (!strcmp(r->state, "running") && r->pid > 1 && start_time(r->pid) == r->pid_start &&
+	    watch_pid(b) == 0 && start_time(r->pid) == r->pid_start) {
+		b->running = true;
+		if (connect_agent(b) < 0)
+			mark_stopped(b);
+	} else {
+		if (b->pidev) {
+			event_free(b->pidev);
+			b->pidev = NULL;
+		}
+		b->pid = -1;
+		store_set_state(b->id, "stopped");
+	}
+	reg_add(b);
+}
+
+void box_restore(void)
+{
+	store_load(restore_one, NULL);
+}
+
+/* ---- reaping ------------------------------------------------------------ */
+
+static void idle_reply(void *arg, json_t *reply, const char *data, size_t len)
+{
+	struct box *b = arg;
+	b->idle_check = false;
+	int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
+	if (reply && json_integer_value(json_object_get(reply, "running")) == 0 && idle > 0 &&
+	    now_ms() - b->last_active >= idle * 1000)
+		box_delete(b);
+	else if (reply)
+		b->last_active = now_ms() - (idle * 1000) + 5000; /* ask again in 5 s */
+}
+
+static void on_reaper(evutil_socket_t fd, short what, void *arg)
+{
+	int64_t now = now_ms(), wall = (int64_t)time(NULL);
+	for (size_t i = 0; i < nboxes; i++) {
+		struct box *b = boxes[i];
+		int64_t life = json_integer_value(json_object_get(b->spec, "timeout_s"));
+		int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
+		bool over = life > 0 && wall - b->created_at >= life;
+		bool idle_out = idle > 0 && now - b->last_active >= idle * 1000;
+		if (over || (idle_out && !b->running)) {
+			box_delete(b);
+			i--; /* the last one moved here */
+			continue;
+		}
+		if (idle_out && !b->idle_check) {
+			json_t *req = json_pack("{s:s}", "op", "ping");
+			if (box_call(b, req, NULL, 0, idle_reply, b) == 0)
+				b->idle_check = true;
+			json_decref(req);
+		}
+	}
+}
+
+int box_init(struct event_base *base, const struct box_config *c, struct moat_err *e)
+{
+	evbase = base;
+	cfg = *c;
+	if (mkdir("sandboxes", 0700) < 0 && errno != EEXIST)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s/sandboxes", c->data_dir);
+	reaper = event_new(base, -1, EV_PERSIST, on_reaper, NULL);
+	struct timeval tv = {1, 0};
+	if (!reaper || event_add(reaper, &tv) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, 0, "reaper timer");
+	return 0;
+}
+
+void box_shutdown(void)
+{
+	/* Sandboxes stay: a redeploy must not kill running agents. */
+	while (nboxes) {
+		struct box *b = boxes[--nboxes];
+		b->child = false;
+		box_free(b);
+	}
+	free(boxes);
+	boxes = NULL;
+	if (reaper)
+		event_free(reaper);
+	reaper = NULL;
+}

@@ -1,0 +1,71 @@
+/* Sandboxes of the daemon: create (policy + engine in agent mode), find,
+ * delete, re-attach after a restart, and the channel to each sandbox's
+ * agent (frames over its control socket, replies matched by id).
+ * Sandboxes outlive the daemon: pid 1 is detached, its cgroups and
+ * identity (pid + start time) are in the store. */
+#ifndef MOAT_SERVE_BOX_H
+#define MOAT_SERVE_BOX_H
+
+#include <moat/err.h>
+
+#include <event2/event.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+struct box;
+
+/* Daemon-wide settings every sandbox is made with. */
+struct box_config {
+	const char *data_dir;        /* <data>/sandboxes/<id>/ per sandbox */
+	int agent_exe;               /* O_PATH fd of moat-agent */
+	char *const *host_paths;     /* --allow-host-path dirs (realpath'd), NULL-terminated */
+	uint64_t default_memory, default_pids, default_cpu_milli;
+	uint64_t max_sandboxes;
+};
+
+/* What a create request asked for, validated. */
+struct box_spec {
+	json_t *env;        /* object of strings (sandbox env + manifest environment) */
+	json_t *metadata;   /* object of strings */
+	char *image;        /* "host" or a rootfs dir */
+	uint64_t memory, pids, cpu_milli, disk;
+	int64_t timeout_s, idle_timeout_s;
+};
+
+int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);
+/* Re-attach to the sandboxes in the store (after a restart). */
+void box_restore(void);
+void box_shutdown(void);
+
+/* Create and start a sandbox (synchronous: a few milliseconds). The spec
+ * is taken over. e->errnum: EAGAIN when at --max-sandboxes. */
+struct box *box_create(struct box_spec *spec, struct moat_err *e);
+struct box *box_find(const char *id);
+/* Kill everything, remove cgroups, files and the record. */
+void box_delete(struct box *b);
+/* Visit every sandbox (for listings). */
+void box_each(void (*fn)(struct box *b, void *arg), void *arg);
+size_t box_count(void);
+
+const char *box_id(const struct box *b);
+bool box_running(const struct box *b);
+json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
+const json_t *box_metadata(const struct box *b);
+/* The environment of an exec: the sandbox's, then extra (object) on top. */
+json_t *box_env(const struct box *b, json_t *extra);
+/* API activity: postpones idle reaping. */
+void box_touch(struct box *b);
+
+/* Call the agent. cb gets the reply object (borrowed) and its data, or
+ * reply == NULL when the sandbox went away first; cb may be NULL (no
+ * interest in the reply). Returns -1 when the
+ * agent is not reachable (cb is not called). */
+typedef void (*box_reply_cb)(void *arg, json_t *reply, const char *data, size_t len);
+int box_call(struct box *b, json_t *req, const void *data, size_t len, box_reply_cb cb,
+	     void *arg);
+/* Forget a pending call (its HTTP client went away): cb will not run. */
+void box_cancel(struct box *b, void *arg);
+
+#endif

@@ -1,0 +1,257 @@
+/* HTTP side of the daemon: see http.h. */
+#define _GNU_SOURCE
+#include "http.h"
+
+#include <errno.h>
+#include <event2/buffer.h>
+#include <event2/keyvalq_struct.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_JSON_BODY (16u << 20)
+#define MAX_BODY ((ev_uint64_t)1 << 30) /* archives and files; JSON is smaller */
+
+static struct evhttp *http;
+static char *token;
+static void (*route)(struct evhttp_request *req);
+static struct http_stats stats;
+
+const struct http_stats *http_stats(void)
+{
+	return &stats;
+}
+
+static void count(int status, size_t out)
+{
+	int c = status / 100;
+	stats.requests[c >= 1 && c <= 5 ? c : 0]++;
+	stats.bytes_out += out;
+}
+
+static void headers(struct evhttp_request *req, const char *ctype)
+{
+	struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+	evhttp_add_header(h, "Content-Type", ctype);
+	evhttp_add_header(h, "Cache-Control", "no-store");
+}
+
+static const char *reason(int status)
+{
+	switch (status) {
+	case 200: return "OK";
+	case 201: return "Created";
+	case 204: return "No Content";
+	case 400: return "Bad Request";
+	case 401: return "Unauthorized";
+	case 403: return "Forbidden";
+	case 404: return "Not Found";
+	case 405: return "Method Not Allowed";
+	case 409: return "Conflict";
+	case 413: return "Payload Too Large";
+	case 415: return "Unsupported Media Type";
+	case 422: return "Unprocessable Entity";
+	case 429: return "Too Many Requests";
+	default: return status >= 500 ? "Internal Server Error" : "Error";
+	}
+}
+
+void http_raw(struct evhttp_request *req, int status, const char *ctype, const void *data,
+	      size_t len)
+{
+	headers(req, ctype);
+	struct evbuffer *b = evbuffer_new();
+	if (b && len)
+		evbuffer_add(b, data, len);
+	evhttp_send_reply(req, status, reason(status), b);
+	if (b)
+		evbuffer_free(b);
+	count(status, len);
+}
+
+void http_json(struct evhttp_request *req, int status, json_t *body)
+{
+	char *s = json_dumps(body, JSON_COMPACT);
+	json_decref(body);
+	if (!s) {
+		http_raw(req, 500, "application/json",
+			 "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}", 56);
+		return;
+	}
+	size_t n = strlen(s);
+	s[n] = '\0';
+	http_raw(req, status, "application/json", s, n);
+	free(s);
+}
+
+void http_no_content(struct evhttp_request *req)
+{
+	evhttp_send_reply(req, 204, "No Content", NULL);
+	count(204, 0);
+}
+
+static int status_of(const char *code)
+{
+	static const struct {
+		const char *c;
+		int s;
+	} t[] = {{"invalid_request", 400}, {"invalid_path", 400}, {"is_directory", 400},
+		 {"unauthorized", 401},    {"forbidden", 403},    {"not_found", 404},
+		 {"method_not_allowed", 405}, {"conflict", 409},  {"too_large", 413},
+		 {"unsupported_media_type", 415}, {"patch_failed", 422},
+		 {"limit_reached", 429}};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+		if (!strcmp(code, t[i].c))
+			return t[i].s;
+	return 500;
+}
+
+void http_error_code(struct evhttp_request *req, const char *code, const char *msg)
+{
+	int s = status_of(code);
+	http_json(req, s, json_pack("{s:{s:s,s:s}}", "error", "code", s == 500 ? "internal" : code,
+				    "message", msg));
+}
+
+void http_error(struct evhttp_request *req, int status, const char *code, const char *fmt, ...)
+{
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	http_json(req, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
+}
+
+const char *http_body(struct evhttp_request *req, size_t *len)
+{
+	struct evbuffer *in = evhttp_request_get_input_buffer(req);
+	*len = evbuffer_get_length(in);
+	stats.bytes_in += *len;
+	if (!*len)
+		return "";
+	return (const char *)evbuffer_pullup(in, -1);
+}
+
+json_t *http_body_json(struct evhttp_request *req, bool empty_ok)
+{
+	size_t len;
+	const char *p = http_body(req, &len);
+	if (len > MAX_JSON_BODY) {
+		http_error(req, 413, "too_large", "JSON body over %u MiB", MAX_JSON_BODY >> 20);
+		return NULL;
+	}
+	if (!len && empty_ok)
+		return json_object();
+	json_error_t je;
+	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
+	if (!j) {
+		http_error(req, 400, "invalid_request", "malformed JSON body: %s (line %d, column %d)",
+			   je.text, je.line, je.column);
+		return NULL;
+	}
+	if (!json_is_object(j)) {
+		json_decref(j);
+		http_error(req, 400, "invalid_request", "the body must be a JSON object");
+		return NULL;
+	}
+	return j;
+}
+
+char *http_query(struct evhttp_request *req, const char *key)
+{
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *q = u ? evhttp_uri_get_query(u) : NULL;
+	if (!q)
+		return NULL;
+	struct evkeyvalq kv;
+	if (evhttp_parse_query_str(q, &kv) < 0)
+		return NULL;
+	const char *v = evhttp_find_header(&kv, key);
+	char *r = v ? strdup(v) : NULL;
+	evhttp_clear_headers(&kv);
+	return r;
+}
+
+json_t *http_query_prefixed(struct evhttp_request *req, const char *prefix)
+{
+	json_t *o = json_object();
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *q = u ? evhttp_uri_get_query(u) : NULL;
+	struct evkeyvalq kv;
+	if (!q || evhttp_parse_query_str(q, &kv) < 0)
+		return o;
+	size_t pl = strlen(prefix);
+	for (struct evkeyval *h = kv.tqh_first; h; h = h->next.tqe_next)
+		if (!strncmp(h->key, prefix, pl) && h->key[pl])
+			json_object_set_new(o, h->key + pl, json_string(h->value));
+	evhttp_clear_headers(&kv);
+	return o;
+}
+
+/* Constant time: the comparison does not tell how much of a guess was right. */
+static bool token_ok(const char *got)
+{
+	size_t a = strlen(token), b = got ? strlen(got) : 0;
+	unsigned char d = (unsigned char)(a != b);
+	for (size_t i = 0; i < a; i++)
+		d |= (unsigned char)(token[i] ^ (i < b ? got[i] : 0));
+	return d == 0;
+}
+
+static void on_request(struct evhttp_request *req, void *arg)
+{
+	const char *path = evhttp_request_get_uri(req);
+	bool health = path && !strncmp(path, "/healthz", 8) && (!path[8] || path[8] == '?');
+	if (token && !health) {
+		const char *h = evhttp_find_header(evhttp_request_get_input_headers(req),
+						   "Authorization");
+		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !token_ok(h + 7)) {
+			evhttp_add_header(evhttp_request_get_output_headers(req),
+					  "WWW-Authenticate", "Bearer");
+			http_error(req, 401, "unauthorized", "missing or wrong bearer token");
+			return;
+		}
+	}
+	route(req);
+}
+
+int http_start(struct event_base *base, const char *listen, const char *tok,
+	       void (*handler)(struct evhttp_request *req), struct moat_err *e)
+{
+	char host[256];
+	const char *colon = strrchr(listen, ':');
+	char *end;
+	long port = colon ? strtol(colon + 1, &end, 10) : -1;
+	if (!colon || colon == listen || (size_t)(colon - listen) >= sizeof host || *end ||
+	    port < 0 || port > 65535)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "--listen %s: expected HOST:PORT", listen);
+	snprintf(host, sizeof host, "%.*s", (int)(colon - listen), listen);
+	if (host[0] == '[') { /* [::1]:7070 */
+		memmove(host, host + 1, strlen(host));
+		host[strcspn(host, "]")] = '\0';
+	}
+	http = evhttp_new(base);
+	if (!http)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "evhttp");
+	evhttp_set_max_body_size(http, MAX_BODY);
+	evhttp_set_timeout(http, 3600);
+	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+						 EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD);
+	evhttp_set_gencb(http, on_request, NULL);
+	if (!evhttp_bind_socket_with_handle(http, host, (ev_uint16_t)port))
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "--listen %s: cannot listen", listen);
+	token = tok ? strdup(tok) : NULL;
+	route = handler;
+	return 0;
+}
+
+void http_stop(void)
+{
+	if (http)
+		evhttp_free(http);
+	http = NULL;
+	free(token);
+	token = NULL;
+}

@@ -1,0 +1,49 @@
+/* The HTTP side of the daemon (libevent's evhttp): listening, bearer-token
+ * auth, JSON and error replies in the API's one error shape, bodies and
+ * query parameters with limits. Routes live in api.c. */
+#ifndef MOAT_SERVE_HTTP_H
+#define MOAT_SERVE_HTTP_H
+
+#include <moat/err.h>
+
+#include <event2/event.h>
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+/* Listen on "HOST:PORT" and route every request to handler after auth.
+ * token may be NULL (no auth; loopback only, checked by the caller). */
+int http_start(struct event_base *base, const char *listen, const char *token,
+	       void (*handler)(struct evhttp_request *req), struct moat_err *e);
+void http_stop(void);
+
+/* Replies. body is stolen. */
+void http_json(struct evhttp_request *req, int status, json_t *body);
+void http_error(struct evhttp_request *req, int status, const char *code,
+		const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* An error whose status follows from its API code ("not_found" -> 404). */
+void http_error_code(struct evhttp_request *req, const char *code, const char *msg);
+void http_raw(struct evhttp_request *req, int status, const char *ctype, const void *data,
+	      size_t len);
+void http_no_content(struct evhttp_request *req);
+
+/* The body as JSON (an object); NULL after answering 400/413. An empty
+ * body is {} when empty_ok. */
+json_t *http_body_json(struct evhttp_request *req, bool empty_ok);
+/* The raw body: pointer into a linearised buffer (valid until reply). */
+const char *http_body(struct evhttp_request *req, size_t *len);
+
+/* A query parameter (decoded, malloc'd) or NULL. */
+char *http_query(struct evhttp_request *req, const char *key);
+/* Every "metadata.K=V" of the query, as an object. */
+json_t *http_query_prefixed(struct evhttp_request *req, const char *prefix);
+
+/* Counters for /metrics. */
+struct http_stats {
+	unsigned long long requests[6]; /* by status class: 1xx..5xx, [0] other */
+	unsigned long long bytes_in, bytes_out;
+};
+const struct http_stats *http_stats(void);
+
+#endif

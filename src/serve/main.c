@@ -1,0 +1,241 @@
+/* moat serve: options, start-up, the event loop. Stopping the daemon
+ * (SIGTERM, SIGINT, or kill -9) leaves the sandboxes running; the next
+ * start re-attaches to them. */
+#define _GNU_SOURCE
+#include "api.h"
+#include "box.h"
+#include "http.h"
+#include "store.h"
+#include "../base/util.h"
+
+#include <moat/strv.h>
+
+#include <errno.h>
+#include <event2/event.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/file.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#ifndef MOAT_UNIT_TEST
+
+static int fail(const char *fmt, const char *a, const char *b)
+{
+	fputs("moat serve: ", stderr);
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wformat-nonliteral"
+	fprintf(stderr, fmt, a, b);
+#pragma GCC diagnostic pop
+	fputc('\n', stderr);
+	return 125;
+}
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
+	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
+	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
+	      "                  [--max-file SIZE] [--max-archive SIZE]\n"
+	      "\n"
+	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
+	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
+	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
+	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n", f);
+}
+
+static bool loopback(const char *listen)
+{
+	return !strncmp(listen, "127.", 4) || !strncmp(listen, "localhost:", 10) ||
+	       !strncmp(listen, "[::1]:", 6);
+}
+
+static int mkdir_p(const char *path)
+{
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", path);
+	for (char *s = buf + 1; *s; s++) {
+		if (*s != '/')
+			continue;
+		*s = '\0';
+		if (mkdir(buf, 0755) < 0 && errno != EEXIST)
+			return -1;
+		*s = '/';
+	}
+	return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
+}
+
+static char *read_token(const char *file)
+{
+	char buf[4096];
+	struct moat_err e = {0};
+	if (moat_read_file(file, buf, sizeof buf, &e) < 0)
+		return NULL;
+	buf[strcspn(buf, "\r\n")] = '\0';
+	return buf[0] ? strdup(buf) : NULL;
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+	event_base_loopbreak(arg);
+}
+
+int main(int argc, char **argv)
+{
+	/* `moat serve ...` arrives as argv {"moat", "serve", ...} */
+	if (argc > 1 && !strcmp(argv[1], "serve")) {
+		argv++;
+		argc--;
+	}
+	static const struct option opts[] = {
+		{"listen", required_argument, 0, 'l'}, {"data", required_argument, 0, 'd'},
+		{"token-file", required_argument, 0, 't'},
+		{"allow-host-path", required_argument, 0, 'a'},
+		{"max-sandboxes", required_argument, 0, 'n'}, {"memory", required_argument, 0, 'm'},
+		{"pids", required_argument, 0, 'p'},   {"cpus", required_argument, 0, 'c'},
+		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
+		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
+	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
+	struct moat_strv host = {0};
+	struct box_config cfg = {.max_sandboxes = 10000};
+	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
+	struct moat_err e = {0};
+	int c;
+	opterr = 0;
+	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+		uint64_t v;
+		switch (c) {
+		case 'l': listen = optarg; break;
+		case 'd': data = optarg; break;
+		case 't': token_file = optarg; break;
+		case 'a': {
+			char *r = realpath(optarg, NULL);
+			struct stat st;
+			if (!r || stat(r, &st) < 0 || !S_ISDIR(st.st_mode))
+				return fail("--allow-host-path %s: not a directory", optarg, "");
+			moat_strv_take(&host, r);
+			break;
+		}
+		case 'n':
+			if (moat_parse_uint(optarg, 1000000, &cfg.max_sandboxes, &e) < 0)
+				return fail("--max-sandboxes: %s", e.msg, "");
+			break;
+		case 'm':
+			if (moat_parse_size(optarg, &cfg.default_memory, &e) < 0)
+				return fail("--memory: %s", e.msg, "");
+			break;
+		case 'p':
+			if (moat_parse_uint(optarg, 1 << 22, &cfg.default_pids, &e) < 0)
+				return fail("--pids: %s", e.msg, "");
+			break;
+		case 'c':
+			if (moat_parse_scaled(optarg, 1000, 1024000, &cfg.default_cpu_milli, &e) < 0)
+				return fail("--cpus: %s", e.msg, "");
+			break;
+		case 'F':
+			if (moat_parse_size(optarg, &v, &e) < 0)
+				return fail("--max-file: %s", e.msg, "");
+			api.max_file = v;
+			break;
+		case 'A':
+			if (moat_parse_size(optarg, &v, &e) < 0)
+				return fail("--max-archive: %s", e.msg, "");
+			api.max_archive = v;
+			break;
+		case 'h': usage(stdout); return 0;
+		default:
+			return fail("unknown or incomplete option %s (see moat serve --help)",
+				    argv[optind - 1], "");
+		}
+	}
+	if (optind < argc)
+		return fail("unexpected argument %s", argv[optind], "");
+	char *token = NULL;
+	if (token_file) {
+		token = read_token(token_file);
+		if (!token)
+			return fail("--token-file %s: missing, unreadable or empty", token_file, "");
+	} else if (getenv("MOAT_API_TOKEN") && *getenv("MOAT_API_TOKEN")) {
+		token = strdup(getenv("MOAT_API_TOKEN"));
+	}
+	if (!token && !loopback(listen))
+		return fail("--listen %s: refusing a non-loopback address without a token "
+			    "(set MOAT_API_TOKEN or --token-file)", listen, "");
+
+	char defdata[PATH_MAX];
+	if (!data) {
+		const char *x = getenv("XDG_STATE_HOME");
+		snprintf(defdata, sizeof defdata, "%s", x && *x ? x : "var");
+		strncat(defdata, "/moat", sizeof defdata - strlen(defdata) - 1);
+		data = defdata;
+	}
+	if (mkdir_p(data) < 0)
+		return fail("--data %s: %s", data, strerror(errno));
+	char *real = realpath(data, NULL);
+	if (!real || chdir(real) < 0)
+		return fail("--data %s: %s", data, strerror(errno));
+	/* one daemon per data directory */
+	int lock = open("moat.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+	if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0)
+		return fail("--data %s: another moat serve uses it", real, "");
+
+	char self[PATH_MAX], agent[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	if (n < 0)
+		return fail("cannot find my own binary: %s", strerror(errno), "");
+	self[n] = '\0';
+	*strrchr(self, '/') = '\0';
+	snprintf(agent, sizeof agent, "%s/moat-agent", self);
+	cfg.agent_exe = open(agent, O_PATH | O_CLOEXEC);
+	if (cfg.agent_exe < 0)
+		return fail("%s: %s (build it with make)", agent, strerror(errno));
+
+	/* one control socket and one pidfd per sandbox */
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) == 0) {
+		rl.rlim_cur = rl.rlim_max;
+		setrlimit(RLIMIT_NOFILE, &rl);
+	}
+	signal(SIGPIPE, SIG_IGN);
+
+	struct event_base *base = event_base_new();
+	if (!base)
+		return fail("cannot create the event loop%s", "", "");
+	cfg.data_dir = real;
+	cfg.host_paths = host.v;
+	api.host_paths = host.v;
+	api_init(&api);
+	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
+		return fail("%s%s", e.msg, "");
+	box_restore();
+	if (http_start(base, listen, token, api_route, &e) < 0)
+		return fail("%s%s", e.msg, "");
+	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
+	struct event *sint = evsignal_new(base, SIGINT, on_signal, base);
+	if (!sterm || !sint || event_add(sterm, NULL) < 0 || event_add(sint, NULL) < 0)
+		return fail("cannot watch signals%s", "", "");
+	fprintf(stderr, "moat serve: listening on http://%s (data %s, %zu sandboxes restored)%s\n",
+		listen, real, box_count(), token ? ", token required" : "");
+	event_base_dispatch(base);
+	fprintf(stderr, "moat serve: stopping; sandboxes keep running\n");
+	event_free(sterm);
+	event_free(sint);
+	http_stop();
+	box_shutdown();
+	store_close();
+	event_base_free(base);
+	free(token);
+	free(real);
+	moat_strv_free(&host);
+	close(cfg.agent_exe);
+	close(lock);
+	return 0;
+}
+
+#endif

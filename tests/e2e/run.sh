@@ -42,6 +42,10 @@ trap 'exit 130' INT TERM
 mkdir "$tmp/tests" "$tmp/bin"
 cp "$here"/conftest.py "$here"/test_*.py "$tmp/tests/"
 cp "$bin" "$tmp/bin/moat"
+# moat serve and the API client are sibling binaries
+for b in moat-serve moat-client moat-agent; do
+	[ -f "$(dirname "$bin")/$b" ] && cp "$(dirname "$bin")/$b" "$tmp/bin/$b" && chmod 755 "$tmp/bin/$b"
+done
 chmod 755 "$tmp/tests" "$tmp/bin" "$tmp/bin/moat"
 chmod 644 "$tmp/tests"/*.py
 

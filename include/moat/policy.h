@@ -28,6 +28,10 @@ struct moat_policy {
 	char *workspace;      /* NULL = current directory */
 	char *workspace_at;   /* where the workspace appears inside; NULL = the
 			       * same path (moat serve: "/workspace") */
+	char *rootfs;         /* a root filesystem image (host directory) seen
+			       * read-only under a private writable overlay
+			       * instead of the host's system directories */
+	uint64_t rootfs_size; /* bytes the overlay may hold; 0 = tmpfs default */
 	uint64_t workspace_tmpfs; /* >0: the workspace is a private in-memory
 				   * filesystem of this many bytes inside the
 				   * sandbox (moat serve's disk limit) */

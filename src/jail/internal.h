@@ -25,6 +25,8 @@ enum mop_kind {
 	MOP_MASK,    /* dst: hide (empty read-only file or dir), if visible */
 	MOP_PROTECT, /* dst: writable root; write-protect mandatory names */
 	MOP_ROOT_RO, /* make the new root tmpfs read-only */
+	MOP_OVERLAY, /* src (host rootfs) read-only, under a writable overlay
+		      * on a private tmpfs (size), as the new root */
 };
 
 #define MOP_F_RDONLY 1u

@@ -93,6 +93,10 @@ static bool visible(const struct jail_ctx *c, const char *path)
 {
 	if (c->p->fs_base != MOAT_FS_SYSTEM)
 		return true;
+	if (c->p->rootfs) /* the image replaces the host's system directories */
+		return covered_by(&c->p->allow_read, path) ||
+		       covered_by(&c->p->allow_write, path) ||
+		       moat_path_within(path, c->p->workspace);
 	for (size_t i = 0; system_dirs[i]; i++)
 		if (moat_path_within(path, system_dirs[i]))
 			return true;
@@ -123,7 +127,14 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 	const char *home = c->l->home;
 
 	/* 1. the base view */
-	if (p->fs_base == MOAT_FS_SYSTEM) {
+	if (p->fs_base == MOAT_FS_SYSTEM && p->rootfs) {
+		/* overlayfs options are comma- and colon-separated */
+		if (p->rootfs[0] != '/' || strpbrk(p->rootfs, ",:\\"))
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "root filesystem %s: an absolute path without ',' ':' '\\'",
+					    p->rootfs);
+		add_op(c, MOP_OVERLAY, p->rootfs, "/", 0, LL_RW)->size = p->rootfs_size;
+	} else if (p->fs_base == MOAT_FS_SYSTEM) {
 		for (size_t i = 0; system_dirs[i]; i++) {
 			struct stat st;
 			if (lstat(system_dirs[i], &st) < 0)
@@ -262,7 +273,7 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		for (size_t j = 0; j < p->deny_write.n; j++)
 			moat_strv_add(&op->extra, p->deny_write.v[j] + 1);
 	}
-	if (p->fs_base == MOAT_FS_SYSTEM)
+	if (p->fs_base == MOAT_FS_SYSTEM && !p->rootfs)
 		add_op(c, MOP_ROOT_RO, NULL, "/", 0, LL_NONE);
 	return 0;
 }
@@ -508,6 +519,26 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 				  (int)(op - c->ops), rep + used, JAIL_REPORT_CAP - used, e);
 }
 
+/* The image read-only, the sandbox's changes in a tmpfs of its own: the
+ * image is never written and every sandbox starts from it afresh. */
+static int op_overlay(const struct mop *op, const char *lower, struct moat_err *e)
+{
+	char opts[PATH_MAX + 128];
+	if (op->size)
+		snprintf(opts, sizeof opts, "size=%llu,mode=0755", (unsigned long long)op->size);
+	else
+		snprintf(opts, sizeof opts, "mode=0755");
+	if (mkdir("/ovl", 0700) < 0 || mount("tmpfs", "/ovl", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
+	    mkdir("/ovl/upper", 0755) < 0 || mkdir("/ovl/work", 0755) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
+	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/ovl/upper,workdir=/ovl/work", lower);
+	if (mount("overlay", NEW, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "overlay of root filesystem %s (kernel without overlayfs "
+				    "in user namespaces?)", op->src);
+	return 0;
+}
+
 static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_err *e)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
@@ -552,6 +583,8 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 		return op_mask(rootfd, op, e);
 	case MOP_PROTECT:
 		return op_protect(c, rootfd, op, e);
+	case MOP_OVERLAY:
+		return op_overlay(op, src, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}

@@ -20,6 +20,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #define WORKSPACE "/workspace"
@@ -521,14 +522,30 @@ static void h_create(struct evhttp_request *req)
 	json_t *img = json_object_get(body, "image");
 	if (img && !json_is_null(img) &&
 	    (!json_is_string(img) || strcmp(json_string_value(img), "host") != 0)) {
-		if (!json_is_string(img)) {
-			http_error(req, 400, "invalid_request", "image must be \"host\" or a path");
+		const char *ip = json_string_value(img);
+		if (!ip || ip[0] != '/') {
+			http_error(req, 400, "invalid_request",
+				   "image must be \"host\" or the absolute path of a root "
+				   "filesystem directory");
 			goto out;
 		}
-		http_error(req, 400, "invalid_request",
-			   "image \"%.200s\": only \"host\" is supported by this daemon",
-			   json_string_value(img));
-		goto out;
+		char *real = realpath(ip, NULL);
+		struct stat st;
+		if (!real || stat(real, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			free(real);
+			http_error(req, 400, "invalid_request", "image %.200s: not a directory", ip);
+			goto out;
+		}
+		bool allowed = false;
+		for (size_t i = 0; conf->host_paths && conf->host_paths[i] && !allowed; i++)
+			allowed = moat_path_within(real, conf->host_paths[i]);
+		if (!allowed) {
+			free(real);
+			http_error(req, 403, "forbidden",
+				   "image %.200s is not under an --allow-host-path directory", ip);
+			goto out;
+		}
+		s.image = real;
 	}
 	if (!string_map(req, json_object_get(body, "env"), "env", true) ||
 	    !string_map(req, json_object_get(body, "metadata"), "metadata", false) ||
@@ -585,6 +602,7 @@ static void h_create(struct evhttp_request *req)
 	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
 	     entries.p, entries.len);
 out:
+	free(s.image);
 	json_decref(env);
 	moat_buf_free(&entries);
 	json_decref(body);

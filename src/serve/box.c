@@ -515,6 +515,10 @@ struct box *box_create(struct box_spec *spec, struct moat_err *e)
 	p.memory = spec->memory ? spec->memory : cfg.default_memory;
 	p.pids = spec->pids ? spec->pids : cfg.default_pids;
 	p.cpu_milli = spec->cpu_milli ? spec->cpu_milli : cfg.default_cpu_milli;
+	if (spec->image && strcmp(spec->image, "host") != 0) {
+		p.rootfs = strdup(spec->image);
+		p.rootfs_size = spec->disk;
+	}
 	if (spec->disk) {
 		/* the workspace is memory then: its bytes count against the
 		 * memory cgroup, so the limit covers both */

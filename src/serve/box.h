@@ -40,7 +40,7 @@ void box_restore(void);
 void box_shutdown(void);
 
 /* Create and start a sandbox (synchronous: a few milliseconds). The spec
- * is taken over. e->errnum: EAGAIN when at --max-sandboxes. */
+ * stays the caller's. e->errnum: EAGAIN when at --max-sandboxes. */
 struct box *box_create(struct box_spec *spec, struct moat_err *e);
 struct box *box_find(const char *id);
 /* Kill everything, remove cgroups, files and the record. */

@@ -1,0 +1,50 @@
+/* moat-client: the API subcommands of `moat`. Each command gets argv with
+ * argv[0] = its name and returns the process exit status. */
+#ifndef MOAT_CLIENT_H
+#define MOAT_CLIENT_H
+
+#include <moat/err.h>
+
+#include <jansson.h>
+#include <stddef.h>
+#include <stdio.h>
+
+int moat_client_create(int argc, char **argv);
+int moat_client_ls(int argc, char **argv);
+int moat_client_rm(int argc, char **argv);
+int moat_client_exec(int argc, char **argv);
+int moat_client_ps(int argc, char **argv);
+int moat_client_kill(int argc, char **argv);
+int moat_client_cp(int argc, char **argv);
+int moat_client_patch(int argc, char **argv);
+
+static inline void client_json_decrefp(json_t **j)
+{
+	json_decref(*j);
+}
+#define _cleanup_json_ __attribute__((cleanup(client_json_decrefp)))
+
+/* Exit status of moat's own failures (bad usage, server errors). */
+#define CLIENT_FAIL 125
+
+/* "moat CMD: msg" on stderr; returns CLIENT_FAIL. */
+int client_fail(const char *cmd, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+int client_fail_err(const char *cmd, const struct moat_err *e);
+
+/* Report a getopt error ('?' or ':') for cmd; returns CLIENT_FAIL. */
+int client_bad_option(const char *cmd, int c, char **argv);
+
+/* Read all of fd into a malloc'd, NUL-terminated buffer (at most cap
+ * bytes; more is an error naming what). */
+int client_read_all(int fd, size_t cap, const char *what, char **out,
+		    size_t *len, struct moat_err *e);
+
+/* "K=V" into obj[K] = V. With allow_env, a bare "K" takes the caller's $K. */
+int client_add_kv(json_t *obj, const char *arg, const char *opt, int allow_env,
+		  struct moat_err *e);
+
+/* Write n bytes to f; -1 with e filled on failure. */
+int client_write(FILE *f, const void *data, size_t n, struct moat_err *e);
+
+#endif

@@ -1,0 +1,108 @@
+/* Helpers shared by the client commands: see client.h. */
+#define _GNU_SOURCE
+#include "client.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+int client_fail(const char *cmd, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fprintf(stderr, "moat %s: ", cmd);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return CLIENT_FAIL;
+}
+
+int client_fail_err(const char *cmd, const struct moat_err *e)
+{
+	return client_fail(cmd, "%s", e->msg);
+}
+
+int client_bad_option(const char *cmd, int c, char **argv)
+{
+	const char *arg = optind > 0 ? argv[optind - 1] : "?";
+	if (c == ':')
+		return client_fail(cmd, "option '%s' needs a value (see moat %s --help)", arg, cmd);
+	if (optopt && optopt < 256)
+		return client_fail(cmd, "unknown option '-%c' (see moat %s --help)", optopt, cmd);
+	return client_fail(cmd, "unknown option '%s' (see moat %s --help)", arg, cmd);
+}
+
+int client_read_all(int fd, size_t cap, const char *what, char **out,
+		    size_t *len, struct moat_err *e)
+{
+	size_t n = 0, size = 0;
+	char *buf = NULL;
+	for (;;) {
+		if (size - n < 2) {
+			size_t ns = size ? size * 2 : 65536;
+			if (ns > cap + 2)
+				ns = cap + 2;
+			char *nb = realloc(buf, ns);
+			if (!nb) {
+				free(buf);
+				return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "reading %s", what);
+			}
+			buf = nb;
+			size = ns;
+		}
+		ssize_t r = read(fd, buf + n, size - n - 1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int err = errno;
+			free(buf);
+			return moat_err_set(e, MOAT_E_SYSTEM, err, "reading %s", what);
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+		if (n > cap) {
+			free(buf);
+			return moat_err_set(e, MOAT_E_USAGE, 0, "%s is larger than %zu MiB",
+					    what, cap >> 20);
+		}
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	return 0;
+}
+
+int client_add_kv(json_t *obj, const char *arg, const char *opt, int allow_env,
+		  struct moat_err *e)
+{
+	const char *eq = strchr(arg, '=');
+	size_t klen = eq ? (size_t)(eq - arg) : strlen(arg);
+	const char *val = eq ? eq + 1 : NULL;
+	if (klen == 0)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "%s '%s': empty name", opt, arg);
+	char *key = strndup(arg, klen);
+	if (!key)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "%s", opt);
+	if (!val && allow_env)
+		val = getenv(key);
+	int r = 0;
+	if (!val)
+		r = moat_err_set(e, MOAT_E_USAGE, 0, allow_env ?
+				 "%s '%s': expected NAME=VALUE (or NAME of a set variable)" :
+				 "%s '%s': expected KEY=VALUE", opt, arg);
+	else if (json_object_set_new(obj, key, json_string(val)) != 0)
+		r = moat_err_set(e, MOAT_E_USAGE, 0, "%s '%s': not valid UTF-8", opt, arg);
+	free(key);
+	return r;
+}
+
+int client_write(FILE *f, const void *data, size_t n, struct moat_err *e)
+{
+	if (n && fwrite(data, 1, n, f) != n)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "write");
+	return 0;
+}

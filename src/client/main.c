@@ -1,0 +1,48 @@
+/* moat-client: dispatch of the API subcommands (`moat` execs us with
+ * argv[0] = "moat", argv[1] = the subcommand). */
+#include "client.h"
+
+#include <stdio.h>
+#include <string.h>
+
+static const struct {
+	const char *name;
+	int (*fn)(int argc, char **argv);
+	const char *summary;
+} commands[] = {
+	{"create", moat_client_create, "create a sandbox, print its id"},
+	{"ls", moat_client_ls, "list sandboxes"},
+	{"exec", moat_client_exec, "run a command in a sandbox"},
+	{"cp", moat_client_cp, "copy a file into or out of a sandbox"},
+	{"patch", moat_client_patch, "apply an apply_patch-format patch in a sandbox"},
+	{"ps", moat_client_ps, "list a sandbox's processes"},
+	{"kill", moat_client_kill, "signal a sandbox process"},
+	{"rm", moat_client_rm, "remove sandboxes"},
+};
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat <command> [options]\n\ncommands of moat serve's API:\n", f);
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
+	fputs("\n`moat <command> --help` lists a command's options.\n"
+	      "environment: MOAT_URL (default http://127.0.0.1:7070), MOAT_API_TOKEN.\n", f);
+}
+
+int main(int argc, char **argv)
+{
+	if (argc < 2) {
+		usage(stderr);
+		return CLIENT_FAIL;
+	}
+	const char *cmd = argv[1];
+	if (strcmp(cmd, "--help") == 0 || strcmp(cmd, "-h") == 0 || strcmp(cmd, "help") == 0) {
+		usage(stdout);
+		return 0;
+	}
+	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+		if (strcmp(cmd, commands[i].name) == 0)
+			return commands[i].fn(argc - 1, argv + 1);
+	fprintf(stderr, "moat: unknown command '%s' (try moat --help)\n", cmd);
+	return CLIENT_FAIL;
+}

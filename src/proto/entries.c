@@ -13,7 +13,7 @@
 #define PATH_SHOWN 200 /* bytes of a path quoted in a message */
 
 /* type(1) pad(3) mode(4) mtime(8) path_len(4) size(8), as laid out in
- * entries.h; MOAT_ENTRY_HDR there says 24, which does not add up. */
+ * entries.h (MOAT_ENTRY_HDR). */
 #define REC_HDR 28
 
 int moat_buf_add(struct moat_buf *b, const void *data, size_t len)

@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define MOAT_ENTRY_HDR 24
+#define MOAT_ENTRY_HDR 28
 #define MOAT_ENTRY_PATH_MAX 4095
 
 struct moat_entry {

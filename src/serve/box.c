@@ -58,6 +58,7 @@ struct box {
 	int64_t last_active; /* monotonic ms */
 	bool idle_check;     /* a ping for idle reaping is out */
 	bool deleted;        /* freed from the event loop, not from a callback */
+	bool pooled;         /* pre-started, not handed out yet */
 };
 
 static struct event_base *evbase;
@@ -65,6 +66,12 @@ static struct box_config cfg;
 static struct box **boxes;
 static size_t nboxes, capboxes;
 static struct event *reaper;
+/* Pre-started sandboxes with the default settings: a create that asks for
+ * nothing special takes one (no namespaces or mounts to build while the
+ * client waits) and the pool is refilled a moment later. */
+static struct box **pool;
+static size_t npool;
+static struct event *refill;
 
 static int64_t now_ms(void)
 {
@@ -456,7 +463,7 @@ static int save(struct box *b, struct moat_err *e)
 	json_decref(cg);
 	struct store_row r = {.id = b->id, .created_at = b->created_at, .spec = spec,
 			      .pid = b->pid, .pid_start = b->pid_start, .cgroups = cgs,
-			      .state = b->running ? "running" : "stopped"};
+			      .state = !b->running ? "stopped" : b->pooled ? "pooled" : "running"};
 	return store_put(&r, e);
 }
 
@@ -475,13 +482,9 @@ static int listen_socket(const char *dir, struct moat_err *e)
 	return fd;
 }
 
-struct box *box_create(struct box_spec *spec, struct moat_err *e)
+/* Start a sandbox (not registered yet). */
+static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct moat_err *e)
 {
-	if (cfg.max_sandboxes && nboxes >= cfg.max_sandboxes) {
-		moat_err_set(e, MOAT_E_USAGE, EAGAIN, "at the limit of %llu sandboxes",
-			     (unsigned long long)cfg.max_sandboxes);
-		return NULL;
-	}
 	struct box *b = calloc(1, sizeof *b);
 	if (!b) {
 		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sandbox");
@@ -492,6 +495,7 @@ struct box *box_create(struct box_spec *spec, struct moat_err *e)
 	random_id(b->id, 16);
 	snprintf(b->dir, sizeof b->dir, "sandboxes/%s", b->id);
 	b->spec = spec_json(spec);
+	b->pooled = pooled;
 	b->created_at = (int64_t)time(NULL);
 	b->last_active = now_ms();
 
@@ -560,7 +564,6 @@ struct box *box_create(struct box_spec *spec, struct moat_err *e)
 		goto fail;
 	moat_strv_free(&env);
 	moat_policy_free(&p);
-	reg_add(b);
 	return b;
 
 fail:
@@ -582,6 +585,72 @@ fail:
 static void free_later(evutil_socket_t fd, short what, void *arg)
 {
 	box_free(arg);
+}
+
+static bool poolable(const struct box_spec *s)
+{
+	return !s->memory && !s->pids && !s->cpu_milli && !s->disk &&
+	       (!s->image || !strcmp(s->image, "host"));
+}
+
+static void schedule_refill(void)
+{
+	/* not at once: the client's first exec usually follows its create */
+	struct timeval tv = {0, 30 * 1000};
+	if (refill && npool < cfg.pool)
+		event_add(refill, &tv);
+}
+
+struct box *box_create(struct box_spec *spec, struct moat_err *e)
+{
+	if (cfg.max_sandboxes && nboxes >= cfg.max_sandboxes) {
+		moat_err_set(e, MOAT_E_USAGE, EAGAIN, "at the limit of %llu sandboxes",
+			     (unsigned long long)cfg.max_sandboxes);
+		return NULL;
+	}
+	while (npool && poolable(spec)) {
+		struct box *b = pool[--npool];
+		schedule_refill();
+		if (!b->running) {
+			box_delete(b);
+			continue;
+		}
+		json_decref(b->spec);
+		b->spec = spec_json(spec);
+		b->pooled = false;
+		b->created_at = (int64_t)time(NULL);
+		b->last_active = now_ms();
+		if (save(b, e) < 0) {
+			box_delete(b);
+			return NULL;
+		}
+		reg_add(b);
+		return b;
+	}
+	struct box *b = spawn_box(spec, false, e);
+	if (b)
+		reg_add(b);
+	return b;
+}
+
+static void on_refill(evutil_socket_t fd, short what, void *arg)
+{
+	struct box_spec def = {.idle_timeout_s = 1200};
+	def.env = json_object();
+	def.metadata = json_object();
+	/* one per turn of the loop: requests go in between */
+	if (npool < cfg.pool) {
+		struct moat_err e = {0};
+		struct box *b = spawn_box(&def, true, &e);
+		if (b)
+			pool[npool++] = b;
+		else
+			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
+		if (b)
+			schedule_refill();
+	}
+	json_decref(def.env);
+	json_decref(def.metadata);
 }
 
 void box_delete(struct box *b)
@@ -640,11 +709,21 @@ static void restore_one(void *arg, const struct store_row *r)
 									   json_string_value(v));
 	json_decref(cg);
 	/* Is our pid 1 still there? Same pid and same start time. */
-	if (!strcmp(r->state, "running") && r->pid > 1 && start_time(r->pid) == r->pid_start &&
+	bool pooled = !strcmp(r->state, "pooled");
+	if ((pooled || !strcmp(r->state, "running")) && r->pid > 1 && start_time(r->pid) == r->pid_start &&
 	    watch_pid(b) == 0 && start_time(r->pid) == r->pid_start) {
 		b->running = true;
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
+		if (pooled && b->running && npool < cfg.pool) {
+			b->pooled = true;
+			pool[npool++] = b;
+			return;
+		}
+		if (pooled) { /* more than the pool wants now */
+			box_delete(b);
+			return;
+		}
 	} else {
 		if (b->pidev) {
 			event_free(b->pidev);
@@ -659,6 +738,7 @@ static void restore_one(void *arg, const struct store_row *r)
 void box_restore(void)
 {
 	store_load(restore_one, NULL);
+	schedule_refill();
 }
 
 /* ---- reaping ------------------------------------------------------------ */
@@ -704,6 +784,12 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 	cfg = *c;
 	if (mkdir("sandboxes", 0700) < 0 && errno != EEXIST)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s/sandboxes", c->data_dir);
+	if (c->pool) {
+		pool = calloc(c->pool, sizeof *pool);
+		refill = event_new(base, -1, 0, on_refill, NULL);
+		if (!pool || !refill)
+			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "pool");
+	}
 	reaper = event_new(base, -1, EV_PERSIST, on_reaper, NULL);
 	struct timeval tv = {1, 0};
 	if (!reaper || event_add(reaper, &tv) < 0)
@@ -721,6 +807,17 @@ void box_shutdown(void)
 	}
 	free(boxes);
 	boxes = NULL;
+	/* the pool stays too: the store lists it for the next start */
+	while (npool) {
+		struct box *b = pool[--npool];
+		b->child = false;
+		box_free(b);
+	}
+	free(pool);
+	pool = NULL;
+	if (refill)
+		event_free(refill);
+	refill = NULL;
 	if (reaper)
 		event_free(reaper);
 	reaper = NULL;

@@ -23,6 +23,7 @@ struct box_config {
 	char *const *host_paths;     /* --allow-host-path dirs (realpath'd), NULL-terminated */
 	uint64_t default_memory, default_pids, default_cpu_milli;
 	uint64_t max_sandboxes;
+	uint64_t pool;               /* pre-started sandboxes to keep ready */
 };
 
 /* What a create request asked for, validated. */

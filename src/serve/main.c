@@ -42,12 +42,14 @@ static void usage(FILE *f)
 	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
 	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
 	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
-	      "                  [--max-file SIZE] [--max-archive SIZE]\n"
+	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N]\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
-	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n", f);
+	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
+	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
+	      "(default 2; 0 disables).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -99,11 +101,12 @@ int main(int argc, char **argv)
 		{"allow-host-path", required_argument, 0, 'a'},
 		{"max-sandboxes", required_argument, 0, 'n'}, {"memory", required_argument, 0, 'm'},
 		{"pids", required_argument, 0, 'p'},   {"cpus", required_argument, 0, 'c'},
+		{"pool", required_argument, 0, 'P'},
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0};
-	struct box_config cfg = {.max_sandboxes = 10000};
+	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	struct moat_err e = {0};
 	int c;
@@ -137,6 +140,12 @@ int main(int argc, char **argv)
 		case 'c':
 			if (moat_parse_scaled(optarg, 1000, 1024000, &cfg.default_cpu_milli, &e) < 0)
 				return fail("--cpus: %s", e.msg, "");
+			break;
+		case 'P':
+			if (!strcmp(optarg, "0"))
+				cfg.pool = 0;
+			else if (moat_parse_uint(optarg, 1000, &cfg.pool, &e) < 0)
+				return fail("--pool: %s", e.msg, "");
 			break;
 		case 'F':
 			if (moat_parse_size(optarg, &v, &e) < 0)

@@ -259,6 +259,8 @@ static char **strv_from_json(json_t *a, bool *ok)
 	return v;
 }
 
+static void add_wait(const struct agent_req *r, json_t *req, int id);
+
 static __attribute__((noreturn)) void child(char **argv, char **envp, const char *cwd,
 					    int in, int out, int err, const char *pts,
 					    const struct winsize *ws)
@@ -377,7 +379,12 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	}
 	p->close_in = close_in;
 	feed_stdin(p);
-	agent_reply(r, json_pack("{s:i}", "process_id", p->id), NULL, 0);
+	/* exec and wait in one message: one round trip less per command */
+	json_t *w = json_object_get(req, "wait");
+	if (json_is_object(w))
+		add_wait(r, w, p->id);
+	else
+		agent_reply(r, json_pack("{s:i}", "process_id", p->id), NULL, 0);
 out:
 	for (int i = 0; i < 2; i++) {
 		closefd(&in[i]);
@@ -389,9 +396,9 @@ out:
 	free(envp);
 }
 
-void proc_wait(const struct agent_req *r, json_t *req)
+/* Wait for process id as asked by w (timeout_ms, until). */
+static void add_wait(const struct agent_req *r, json_t *req, int id)
 {
-	int id = (int)json_integer_value(json_object_get(req, "process_id"));
 	json_int_t t = json_integer_value(json_object_get(req, "timeout_ms"));
 	const char *until = json_string_value(json_object_get(req, "until"));
 	struct proc *p = find(id);
@@ -408,12 +415,17 @@ void proc_wait(const struct agent_req *r, json_t *req)
 		return;
 	}
 	*w = (struct wait){.used = true, .r = *r, .id = id,
-			   .deadline = t > 0 ? agent_now_ms() + t : (t == 0 && until ? 0 : 0),
+			   .deadline = t > 0 ? agent_now_ms() + t : 0,
 			   .until_output = until && !strcmp(until, "output")};
-	/* timeout_ms 0 with until "now": answer at once */
+	/* until "now": answer at once with what there is */
 	if (until && !strcmp(until, "now"))
 		w->deadline = agent_now_ms();
 	settle();
+}
+
+void proc_wait(const struct agent_req *r, json_t *req)
+{
+	add_wait(r, req, (int)json_integer_value(json_object_get(req, "process_id")));
 }
 
 void proc_stdin(const struct agent_req *r, json_t *req, const void *data, size_t len)

@@ -333,7 +333,7 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 		return;
 	}
 	switch (p->kind) {
-	case P_EXEC: /* the process started; now wait for it */
+	case P_EXEC: /* started, and (asked in the same message) waited for */
 		p->pid = json_integer_value(json_object_get(reply, "process_id"));
 		p->kind = P_WAIT;
 		metrics_exec_started();
@@ -343,12 +343,16 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 			evhttp_add_header(h, "Cache-Control", "no-store");
 			evhttp_send_reply_start(req, 200, "OK");
 			p->streaming = true;
-			wait_for(p, 0, "output");
-		} else {
-			wait_for(p, p->yield ? (p->yield_ms ? p->yield_ms : 1) : 0,
-				 p->yield ? "exit" : "exit");
 		}
-		return;
+		if (!json_object_get(reply, "running")) {
+			/* an agent that only started it: wait in a second message */
+			if (p->sse)
+				wait_for(p, 0, "output");
+			else
+				wait_for(p, p->yield ? (p->yield_ms ? p->yield_ms : 1) : 0, "exit");
+			return;
+		}
+		/* fall through */
 	case P_WAIT:
 	case P_STDIN: {
 		bool running = json_is_true(json_object_get(reply, "running"));
@@ -708,6 +712,12 @@ static void h_exec(struct evhttp_request *req, struct box *b)
 			       argv, "env", env, "cwd", cwd, "tty", tty, "close_stdin", !p->yield,
 			       "timeout_ms", (json_int_t)timeout, "max_output_bytes",
 			       (json_int_t)maxout, "cols", (json_int_t)cols, "rows", (json_int_t)rows);
+	json_object_set_new(op, "wait",
+			    p->sse ? json_pack("{s:I,s:s}", "timeout_ms", (json_int_t)0, "until",
+					       "output")
+				   : json_pack("{s:I,s:s}", "timeout_ms",
+					       (json_int_t)(p->yield ? (yield ? yield : 1) : 0),
+					       "until", "exit"));
 	const char *in = st && json_is_string(st) ? json_string_value(st) : "";
 	size_t inlen = st && json_is_string(st) ? json_string_length(st) : 0;
 	metrics_bytes(0, inlen);

@@ -45,6 +45,8 @@ void proc_wait(const struct agent_req *r, json_t *req);
 void proc_stdin(const struct agent_req *r, json_t *req, const void *data, size_t len);
 void proc_signal(const struct agent_req *r, json_t *req);
 void proc_list(const struct agent_req *r);
+/* The daemon's request `call` lost its client: kill its process, forget it. */
+void proc_cancel(const struct agent_req *r, json_t *req);
 /* Poll set: fill fds of running processes; returns how many were added. */
 size_t proc_pollfds(struct pollfd *pfd, size_t cap);
 /* Handle poll results for the fds proc_pollfds returned. */

@@ -628,7 +628,8 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 	for (size_t i = 0; i < pt.n; i++) {
 		if (ch[i].tmp[0] && rename(ch[i].tmp, ch[i].path) < 0)
 			unlink(ch[i].tmp);
-		if (ch[i].from[0] && strcmp(ch[i].from, ch[i].path) != 0)
+		/* a delete, or the source of a move */
+		if (ch[i].from[0] && (!ch[i].tmp[0] || strcmp(ch[i].from, ch[i].path) != 0))
 			unlink(ch[i].from);
 		json_array_append_new(files, json_pack("{s:s,s:s}", "path",
 						       ch[i].from[0] && !ch[i].tmp[0]

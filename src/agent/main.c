@@ -189,6 +189,8 @@ static void dispatch(struct agent_conn *c, const char *js, size_t jl, const char
 		proc_stdin(&r, req, data, dl);
 	else if (!strcmp(op, "signal"))
 		proc_signal(&r, req);
+	else if (!strcmp(op, "cancel"))
+		proc_cancel(&r, req);
 	else if (!strcmp(op, "ps"))
 		proc_list(&r);
 	else if (!strcmp(op, "read"))

@@ -44,6 +44,7 @@ struct proc {
 	int status;
 	int64_t started, ended, deadline; /* deadline: 0 = none */
 	bool timed_out;
+	bool forget;              /* nobody will read its end: drop at exit */
 	json_t *cmd;
 };
 
@@ -492,6 +493,14 @@ void proc_signal(const struct agent_req *r, json_t *req)
 		agent_fail(r, "invalid_request", "unknown signal %.32s", s);
 		return;
 	}
+	if (json_is_true(json_object_get(req, "forget"))) {
+		if (p->exited) {
+			proc_free(p);
+			agent_reply(r, json_object(), NULL, 0);
+			return;
+		}
+		p->forget = true;
+	}
 	if (p->exited) {
 		agent_fail(r, "conflict", "process %d has ended", id);
 		return;
@@ -580,6 +589,8 @@ void proc_reap(void)
 			p->exited = true;
 			p->status = status;
 			p->ended = agent_now_ms();
+			if (p->forget)
+				proc_free(p);
 		}
 	}
 	settle();
@@ -612,6 +623,28 @@ void proc_timers(void)
 		}
 	}
 	settle();
+}
+
+void proc_cancel(const struct agent_req *r, json_t *req)
+{
+	json_int_t call = json_integer_value(json_object_get(req, "call"));
+	for (int i = 0; i < MAX_WAITS; i++) {
+		struct wait *w = &waits[i];
+		if (!w->used || w->r.conn != r->conn || w->r.id != call)
+			continue;
+		w->used = false;
+		struct proc *p = find(w->id);
+		if (!p)
+			continue;
+		if (p->exited) {
+			proc_free(p);
+		} else {
+			p->forget = true;
+			kill(-p->pid, SIGKILL);
+			kill(p->pid, SIGKILL);
+		}
+	}
+	agent_reply(r, json_object(), NULL, 0);
 }
 
 void proc_conn_gone(const struct agent_conn *c)

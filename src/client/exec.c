@@ -108,9 +108,13 @@ static int dispatch(struct sse *s, struct moat_err *e)
 		json_decref(s->exit);
 		s->exit = steal_ptr(&obj);
 	} else if (strcmp(s->event, "error") == 0) {
-		const char *code = "?", *msg = "error";
-		json_unpack(obj, "{s:{s?s, s?s}}", "error", "code", &code, "message", &msg);
-		r = moat_err_set(e, MOAT_E_SYSTEM, 0, "%s (%s)", msg, code);
+		/* {"message","code"} or the API's usual {"error":{...}} shape. */
+		json_t *o = json_object_get(obj, "error");
+		o = json_is_object(o) ? o : obj;
+		const char *msg = json_string_value(json_object_get(o, "message"));
+		const char *code = json_string_value(json_object_get(o, "code"));
+		r = moat_err_set(e, MOAT_E_SYSTEM, 0, "%s%s%s%s", msg ? msg : "error",
+				 code ? " (" : "", code ? code : "", code ? ")" : "");
 	}
 	/* Other events are for newer clients: ignored. */
 	s->event[0] = '\0';

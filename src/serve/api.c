@@ -15,6 +15,8 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
+#include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
@@ -179,10 +181,13 @@ struct pend {
 	int64_t pid;
 	int64_t started; /* for the exec latency histogram */
 	json_t *extra;   /* P_CREATE: the box's answer */
+	struct event *hangup; /* the client closed while we wait */
 };
 
 static void pend_free(struct pend *p)
 {
+	if (p->hangup)
+		event_free(p->hangup);
 	json_decref(p->extra);
 	free(p);
 }
@@ -190,9 +195,24 @@ static void pend_free(struct pend *p)
 static void on_client_gone(struct evhttp_connection *c, void *arg)
 {
 	struct pend *p = arg;
-	if (p->b)
+	/* an exec bound to its request (no yield) ends with it, like a
+	 * command whose terminal went away; its record is not kept */
+	if (p->b && (p->kind == P_WAIT || p->kind == P_EXEC) && !p->yield)
+		box_abort(p->b, p);
+	else if (p->b)
 		box_cancel(p->b, p);
 	pend_free(p);
+}
+
+/* evhttp does not read a connection whose request is being answered, so
+ * it would not see the client leave: watch for the peer's close ourselves
+ * (EV_CLOSED) and free the connection, which runs on_client_gone. */
+static void on_hangup(evutil_socket_t fd, short what, void *arg)
+{
+	struct pend *p = arg;
+	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
+	if (c)
+		evhttp_connection_free(c);
 }
 
 static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pend_kind k)
@@ -204,7 +224,16 @@ static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pen
 	p->b = b;
 	p->kind = k;
 	p->started = now_ms();
-	evhttp_connection_set_closecb(evhttp_request_get_connection(req), on_client_gone, p);
+	struct evhttp_connection *c = evhttp_request_get_connection(req);
+	evhttp_connection_set_closecb(c, on_client_gone, p);
+	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+	if (bev && conf->base) {
+		p->hangup = event_new(conf->base, bufferevent_getfd(bev), EV_CLOSED, on_hangup, p);
+		if (p->hangup && event_add(p->hangup, NULL) < 0) {
+			event_free(p->hangup);
+			p->hangup = NULL;
+		}
+	}
 	return p;
 }
 
@@ -215,6 +244,10 @@ static void pend_done(struct pend *p)
 	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
 	if (c)
 		evhttp_connection_set_closecb(c, NULL, NULL);
+	if (p->hangup) {
+		event_free(p->hangup);
+		p->hangup = NULL;
+	}
 }
 
 static void on_reply(void *arg, json_t *reply, const char *data, size_t len);
@@ -803,6 +836,13 @@ static void h_signal(struct evhttp_request *req, struct box *b, const char *pids
 
 static char *need_path(struct evhttp_request *req)
 {
+	/* a NUL would end the decoded C string early: refuse, not truncate */
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *q = u ? evhttp_uri_get_query(u) : NULL;
+	if (q && strcasestr(q, "%00")) {
+		http_error(req, 400, "invalid_path", "a path must not contain NUL");
+		return NULL;
+	}
 	char *p = http_query(req, "path");
 	if (!p || !*p) {
 		free(p);
@@ -819,7 +859,10 @@ static void h_files(struct evhttp_request *req, struct box *b, const char *sub)
 	if (!path)
 		return;
 	if (!sub && m == EVHTTP_REQ_GET) {
-		simple(req, b, P_READ, json_pack("{s:s,s:s}", "op", "read", "path", path), NULL, 0);
+		simple(req, b, P_READ,
+		       json_pack("{s:s,s:s,s:I}", "op", "read", "path", path, "max",
+				 (json_int_t)conf->max_file),
+		       NULL, 0);
 	} else if (!sub && m == EVHTTP_REQ_PUT) {
 		size_t len;
 		const char *data = http_body(req, &len);

@@ -5,7 +5,10 @@
 #include <event2/http.h>
 #include <stdint.h>
 
+struct event_base;
+
 struct api_config {
+	struct event_base *base;
 	char *const *host_paths; /* --allow-host-path dirs, NULL-terminated */
 	uint64_t max_file;       /* PUT files body limit */
 	uint64_t max_archive;    /* unpacked archive limit */

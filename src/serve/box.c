@@ -334,6 +334,21 @@ void box_cancel(struct box *b, void *arg)
 		}
 }
 
+void box_abort(struct box *b, void *arg)
+{
+	json_int_t ids[16];
+	size_t n = 0;
+	for (struct call *c = b->calls; c; c = c->next)
+		if (c->arg == arg && n < 16)
+			ids[n++] = c->id;
+	box_cancel(b, arg);
+	for (size_t i = 0; i < n; i++) {
+		json_t *op = json_pack("{s:s,s:I}", "op", "cancel", "call", ids[i]);
+		box_call(b, op, NULL, 0, NULL, NULL);
+		json_decref(op);
+	}
+}
+
 /* ---- pid 1 -------------------------------------------------------------- */
 
 static uint64_t start_time(pid_t pid)
@@ -715,12 +730,9 @@ static void restore_one(void *arg, const struct store_row *r)
 		b->running = true;
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
-		if (pooled && b->running && npool < cfg.pool) {
-			b->pooled = true;
-			pool[npool++] = b;
-			return;
-		}
-		if (pooled) { /* more than the pool wants now */
+		if (pooled) {
+			/* a pool of the previous daemon may run an older agent:
+			 * start afresh (handed-out sandboxes keep theirs) */
 			box_delete(b);
 			return;
 		}

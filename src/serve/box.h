@@ -68,5 +68,8 @@ int box_call(struct box *b, json_t *req, const void *data, size_t len, box_reply
 	     void *arg);
 /* Forget a pending call (its HTTP client went away): cb will not run. */
 void box_cancel(struct box *b, void *arg);
+/* The same, and tell the agent to kill the process a pending wait or
+ * exec call is waiting for (and forget it). */
+void box_abort(struct box *b, void *arg);
 
 #endif

@@ -237,8 +237,12 @@ int http_start(struct event_base *base, const char *listen, const char *tok,
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "evhttp");
 	evhttp_set_max_body_size(http, MAX_BODY);
 	evhttp_set_timeout(http, 3600);
+	/* every method libevent knows reaches the router, which answers 405
+	 * in the API's error shape rather than libevent's HTML 501 */
 	evhttp_set_allowed_methods(http, EVHTTP_REQ_GET | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-						 EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD);
+						 EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
+						 EVHTTP_REQ_OPTIONS | EVHTTP_REQ_TRACE |
+						 EVHTTP_REQ_CONNECT | EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(http, on_request, NULL);
 	if (!evhttp_bind_socket_with_handle(http, host, (ev_uint16_t)port))
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "--listen %s: cannot listen", listen);

@@ -217,6 +217,7 @@ int main(int argc, char **argv)
 	if (!base)
 		return fail("cannot create the event loop%s", "", "");
 	cfg.data_dir = real;
+	api.base = base;
 	cfg.host_paths = host.v;
 	api.host_paths = host.v;
 	api_init(&api);

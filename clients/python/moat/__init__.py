@@ -1,0 +1,26 @@
+"""Python client for moat serve, the moat agent-sandbox daemon (docs/API.md).
+
+    from moat import Sandbox
+    with Sandbox.create(limits={"memory": "512M"}) as sb:
+        print(sb.exec("echo hi").stdout)
+
+Standard library only.
+"""
+
+from .client import (DEFAULT_URL, Client, ExecResult, FileInfo, Files, Process,
+                     ProcessOutput, Sandbox, StreamEvent)
+from .errors import (Conflict, Forbidden, InternalError, InvalidPath,
+                     InvalidRequest, IsDirectory, LimitReached, MethodNotAllowed,
+                     MoatConnectionError, MoatError, NotFound, PatchFailed,
+                     TooLarge, Unauthorized, UnsupportedMediaType)
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "DEFAULT_URL", "Client", "ExecResult", "FileInfo", "Files", "Process",
+    "ProcessOutput", "Sandbox", "StreamEvent",
+    "MoatError", "MoatConnectionError", "InvalidRequest", "InvalidPath",
+    "IsDirectory", "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed",
+    "Conflict", "TooLarge", "UnsupportedMediaType", "PatchFailed",
+    "LimitReached", "InternalError",
+]

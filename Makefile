@@ -26,7 +26,7 @@ CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent
 
-.PHONY: all deps run check unit e2e bench clean
+.PHONY: all deps run check unit e2e pyclient bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -73,9 +73,15 @@ unit: $(BUILD)/san/unit
 e2e: $(addprefix $(BUILD)/san/,$(BINS))
 	sh tests/e2e/run.sh $(BUILD)/san/moat
 
+# The Python client's own tests, against a real (sanitizer-built) daemon.
+pyclient: $(addprefix $(BUILD)/san/,$(BINS))
+	cd clients/python && MOAT_BIN=$(abspath $(BUILD)/san/moat) /usr/bin/python3 -m pytest \
+		-p no:cacheprovider -q tests
+
 check: deps
 	$(MAKE) unit
 	$(MAKE) e2e
+	$(MAKE) pyclient
 
 bench: deps $(BUILD)/moat
 	sh bench/startup.sh $(BUILD)/moat

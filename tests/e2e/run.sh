@@ -41,13 +41,15 @@ trap 'rm -rf "$tmp"' EXIT
 trap 'exit 130' INT TERM
 mkdir "$tmp/tests" "$tmp/bin"
 cp "$here"/conftest.py "$here"/test_*.py "$tmp/tests/"
+# the API document and the router, for the test that keeps them in step
+cp "$here/../../docs/API.md" "$here/../../src/serve/api.c" "$tmp/tests/"
 cp "$bin" "$tmp/bin/moat"
 # moat serve and the API client are sibling binaries
 for b in moat-serve moat-client moat-agent; do
 	[ -f "$(dirname "$bin")/$b" ] && cp "$(dirname "$bin")/$b" "$tmp/bin/$b" && chmod 755 "$tmp/bin/$b"
 done
 chmod 755 "$tmp/tests" "$tmp/bin" "$tmp/bin/moat"
-chmod 644 "$tmp/tests"/*.py
+chmod 644 "$tmp/tests"/*.py "$tmp/tests"/API.md "$tmp/tests"/api.c
 
 # run_suite LABEL COMMAND-PREFIX...: run the suite once, report the time.
 status=0

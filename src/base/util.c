@@ -57,6 +57,29 @@ void moat_strv_free(struct moat_strv *sv)
 	sv->n = 0;
 }
 
+const char *moat_show(char *out, const char *p, size_t len)
+{
+	static const char hex[] = "0123456789abcdef";
+	size_t n = len < MOAT_SHOWN ? len : MOAT_SHOWN, o = 0;
+	for (size_t i = 0; i < n; i++) {
+		unsigned char c = (unsigned char)p[i];
+		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
+			out[o++] = '\\';
+			out[o++] = 'x';
+			out[o++] = hex[c >> 4];
+			out[o++] = hex[c & 15];
+		} else {
+			out[o++] = (char)c;
+		}
+	}
+	if (n < len) {
+		memcpy(out + o, "...", 3);
+		o += 3;
+	}
+	out[o] = '\0';
+	return out;
+}
+
 char *moat_strdupf(const char *fmt, ...)
 {
 	va_list ap;

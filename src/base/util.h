@@ -41,6 +41,13 @@ void moat_path_normalize(char *p);
 /* true when `path` equals `dir` or lies below it (lexical, normalised). */
 bool moat_path_within(const char *path, const char *dir);
 
+/* Quote untrusted bytes for a one-line message: at most MOAT_SHOWN bytes
+ * of p, non-printables, '"' and '\\' as \\xNN, "..." when cut. out needs
+ * MOAT_SHOWN_CAP bytes. Returns out. */
+#define MOAT_SHOWN 200
+#define MOAT_SHOWN_CAP (MOAT_SHOWN * 4 + 4)
+const char *moat_show(char *out, const char *p, size_t len);
+
 /* malloc'd printf; aborts on OOM (only used for small strings). */
 char *moat_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

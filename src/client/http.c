@@ -36,6 +36,7 @@ struct moat_http *moat_http_new(struct moat_err *e)
 	}
 	struct moat_http *h = calloc(1, sizeof *h);
 	if (!h) {
+		curl_global_cleanup();
 		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "moat_http_new");
 		return NULL;
 	}

@@ -4,13 +4,14 @@
  * the other. */
 #include "proto/entries.h"
 
+#include "base/util.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define PATH_SHOWN 200 /* bytes of a path quoted in a message */
 
 /* type(1) pad(3) mode(4) mtime(8) path_len(4) size(8), as laid out in
  * entries.h (MOAT_ENTRY_HDR). */
@@ -49,32 +50,6 @@ void moat_buf_free(struct moat_buf *b)
 	b->len = b->cap = 0;
 }
 
-/* Quote an untrusted path for a one-line message: at most PATH_SHOWN bytes,
- * non-printables, '"' and '\\' escaped, "..." when cut. */
-static const char *show_path(char out[PATH_SHOWN * 4 + 4], const char *p,
-			     size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t n = len < PATH_SHOWN ? len : PATH_SHOWN, o = 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)p[i];
-		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-			out[o++] = '\\';
-			out[o++] = 'x';
-			out[o++] = hex[c >> 4];
-			out[o++] = hex[c & 15];
-		} else {
-			out[o++] = (char)c;
-		}
-	}
-	if (n < len) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-	return out;
-}
-
 /* Malformed data is EINVAL; the message stays free of strerror text. */
 __attribute__((format(printf, 2, 3))) static int
 fail_inval(struct moat_err *e, const char *fmt, ...)
@@ -95,14 +70,14 @@ fail_inval(struct moat_err *e, const char *fmt, ...)
 __attribute__((format(printf, 4, 5))) static int
 bad_entry(struct moat_err *e, const char *path, size_t len, const char *fmt, ...)
 {
-	char shown[PATH_SHOWN * 4 + 4], why[256];
+	char shown[MOAT_SHOWN_CAP], why[256];
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(why, sizeof why, fmt, ap);
 	va_end(ap);
 	if (n < 0)
 		why[0] = '\0';
-	return fail_inval(e, "entry \"%s\": %s", show_path(shown, path, len),
+	return fail_inval(e, "entry \"%s\": %s", moat_show(shown, path, len),
 			  why);
 }
 
@@ -208,9 +183,9 @@ int moat_entry_put(struct moat_buf *b, const struct moat_entry *en,
 	    moat_buf_add(b, en->path, en->path_len) < 0 ||
 	    moat_buf_add(b, en->data, (size_t)en->size) < 0) {
 		b->len = old;
-		char shown[PATH_SHOWN * 4 + 4];
+		char shown[MOAT_SHOWN_CAP];
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "entry \"%s\"",
-				    show_path(shown, en->path, en->path_len));
+				    moat_show(shown, en->path, en->path_len));
 	}
 	return 0;
 }

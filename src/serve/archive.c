@@ -4,6 +4,8 @@
  * passed. */
 #include "serve/archive.h"
 
+#include "base/util.h"
+
 #include <archive.h>
 #include <archive_entry.h>
 
@@ -16,32 +18,7 @@
 
 #define DEFAULT_MAX_TOTAL (1ULL << 30)
 #define DEFAULT_MAX_ENTRIES 100000ULL
-#define SHOWN 200          /* bytes of a name quoted in a message */
 #define READ_CHUNK 65536   /* room made for each archive_read_data() */
-
-/* Quote an untrusted name for a one-line message (see entries.c). */
-static const char *arc_show(char out[SHOWN * 4 + 4], const char *p, size_t len)
-{
-	static const char hex[] = "0123456789abcdef";
-	size_t n = len < SHOWN ? len : SHOWN, o = 0;
-	for (size_t i = 0; i < n; i++) {
-		unsigned char c = (unsigned char)p[i];
-		if (c < 0x20 || c >= 0x7f || c == '"' || c == '\\') {
-			out[o++] = '\\';
-			out[o++] = 'x';
-			out[o++] = hex[c >> 4];
-			out[o++] = hex[c & 15];
-		} else {
-			out[o++] = (char)c;
-		}
-	}
-	if (n < len) {
-		memcpy(out + o, "...", 3);
-		o += 3;
-	}
-	out[o] = '\0';
-	return out;
-}
 
 /* errnum tells the caller which answer to give (400/413/500); it is set
  * after formatting so the message carries no strerror text. */
@@ -49,7 +26,7 @@ __attribute__((format(printf, 5, 6))) static int
 arc_fail(struct moat_err *e, int errnum, const char *name, size_t nlen,
 	 const char *fmt, ...)
 {
-	char why[512], shown[SHOWN * 4 + 4];
+	char why[512], shown[MOAT_SHOWN_CAP];
 	va_list ap;
 	va_start(ap, fmt);
 	int n = vsnprintf(why, sizeof why, fmt, ap);
@@ -59,7 +36,7 @@ arc_fail(struct moat_err *e, int errnum, const char *name, size_t nlen,
 	if (name)
 		moat_err_set(e, errnum == ENOMEM ? MOAT_E_SYSTEM : MOAT_E_USAGE,
 			     0, "archive entry \"%s\": %s",
-			     arc_show(shown, name, nlen), why);
+			     moat_show(shown, name, nlen), why);
 	else
 		moat_err_set(e, errnum == ENOMEM ? MOAT_E_SYSTEM : MOAT_E_USAGE,
 			     0, "archive: %s", why);
@@ -321,7 +298,7 @@ static int check_tree(struct reader *rd, struct moat_err *e)
 			return arc_fail(e, EINVAL, rd->seen[lo].p, rd->seen[lo].len,
 					"lies below %s \"%.*s\"",
 					s->type == 'l' ? "symlink" : "file",
-					(int)(s->len < SHOWN ? s->len : SHOWN),
+					(int)(s->len < MOAT_SHOWN ? s->len : MOAT_SHOWN),
 					s->p);
 	}
 	return 0;

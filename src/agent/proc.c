@@ -28,6 +28,7 @@ extern char **environ;
 struct obuf {
 	char *p;
 	size_t len, cap;
+	size_t delivered; /* bytes already handed to the daemon */
 };
 
 struct proc {
@@ -38,6 +39,8 @@ struct proc {
 	struct obuf out, err, in; /* in: bytes not yet written to stdin */
 	bool close_in;            /* close stdin once `in` is written */
 	size_t max_out;           /* per stream, from exec */
+	bool cap_total;           /* max_out bounds the whole run (an exec
+				   * answered once or streamed), not each read */
 	size_t out_total, err_total;
 	bool truncated;
 	bool exited;
@@ -99,7 +102,8 @@ static void proc_free(struct proc *p)
 static void keep(struct proc *p, struct obuf *b, size_t *total, const char *data, size_t n)
 {
 	*total += n;
-	size_t room = b->len < p->max_out ? p->max_out - b->len : 0;
+	size_t used = b->len + (p->cap_total ? b->delivered : 0);
+	size_t room = used < p->max_out ? p->max_out - used : 0;
 	if (n > room) {
 		/* Beyond the limit output is dropped (and said so), but the
 		 * process keeps running: a pipe we stop reading would block it. */
@@ -211,6 +215,8 @@ static void answer(struct wait *w, struct proc *p)
 		}
 		agent_reply(&w->r, o, data, n);
 		free(data);
+		p->out.delivered += p->out.len;
+		p->err.delivered += p->err.len;
 		p->out.len = p->err.len = 0;
 		/* Only a delivered end forgets the process. */
 		if (done(p) && agent_conn_alive(w->r.conn))
@@ -357,6 +363,7 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	p->deadline = timeout > 0 ? p->started + timeout : 0;
 	p->max_out = max_out > 0 && max_out <= HARD_MAX_OUT ? (size_t)max_out : DEFAULT_MAX_OUT;
 	p->cmd = json_incref(json_object_get(req, "argv"));
+	p->cap_total = json_is_true(json_object_get(req, "cap_total"));
 	if (tty) {
 		p->out_fd = master;
 		p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);

@@ -338,7 +338,9 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 	if (!reply) {
 		pend_done(p);
 		if (p->streaming) {
-			sse_event(req, "error", json_pack("{s:s}", "message", "sandbox stopped"));
+			sse_event(req, "error",
+				  json_pack("{s:{s:s,s:s}}", "error", "code", "conflict", "message",
+					    "the sandbox stopped"));
 			evhttp_send_reply_end(req);
 		} else {
 			http_error(req, 409, "conflict", "sandbox %s stopped", box_id(p->b));
@@ -357,7 +359,9 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 				   "invalid_request", "manifest: %s", msg ? msg : "failed");
 			box_delete(b);
 		} else if (p->streaming) {
-			sse_event(req, "error", json_pack("{s:s}", "message", msg ? msg : "error"));
+			sse_event(req, "error",
+				  json_pack("{s:{s:s,s:s}}", "error", "code", code ? code : "internal",
+					    "message", msg ? msg : "error"));
 			evhttp_send_reply_end(req);
 		} else {
 			http_error_code(req, code ? code : "internal", msg ? msg : "agent error");
@@ -745,6 +749,7 @@ static void h_exec(struct evhttp_request *req, struct box *b)
 			       argv, "env", env, "cwd", cwd, "tty", tty, "close_stdin", !p->yield,
 			       "timeout_ms", (json_int_t)timeout, "max_output_bytes",
 			       (json_int_t)maxout, "cols", (json_int_t)cols, "rows", (json_int_t)rows);
+	json_object_set_new(op, "cap_total", json_boolean(!p->yield));
 	json_object_set_new(op, "wait",
 			    p->sse ? json_pack("{s:I,s:s}", "timeout_ms", (json_int_t)0, "until",
 					       "output")

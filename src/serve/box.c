@@ -668,7 +668,15 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	json_decref(def.metadata);
 }
 
+static void destroy(struct box *b, bool defer_free);
+
 void box_delete(struct box *b)
+{
+	destroy(b, true);
+}
+
+/* defer_free: we may be inside one of its callbacks, free it from the loop */
+static void destroy(struct box *b, bool defer_free)
 {
 	if (b->deleted)
 		return;
@@ -690,9 +698,8 @@ void box_delete(struct box *b)
 	remove_dir(b->dir);
 	store_del(b->id);
 	b->running = false;
-	/* we may be inside one of its callbacks */
 	struct timeval now = {0, 0};
-	if (event_base_once(evbase, -1, EV_TIMEOUT, free_later, b, &now) < 0)
+	if (!defer_free || event_base_once(evbase, -1, EV_TIMEOUT, free_later, b, &now) < 0)
 		box_free(b);
 }
 
@@ -819,12 +826,10 @@ void box_shutdown(void)
 	}
 	free(boxes);
 	boxes = NULL;
-	/* the pool stays too: the store lists it for the next start */
-	while (npool) {
-		struct box *b = pool[--npool];
-		b->child = false;
-		box_free(b);
-	}
+	/* the pool does not: nobody uses it, and the next start would
+	 * recycle it anyway (its agent may be older than the next daemon) */
+	while (npool)
+		destroy(pool[--npool], false);
 	free(pool);
 	pool = NULL;
 	if (refill)

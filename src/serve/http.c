@@ -183,9 +183,16 @@ json_t *http_query_prefixed(struct evhttp_request *req, const char *prefix)
 	if (!q || evhttp_parse_query_str(q, &kv) < 0)
 		return o;
 	size_t pl = strlen(prefix);
-	for (struct evkeyval *h = kv.tqh_first; h; h = h->next.tqe_next)
-		if (!strncmp(h->key, prefix, pl) && h->key[pl])
-			json_object_set_new(o, h->key + pl, json_string(h->value));
+	for (struct evkeyval *h = kv.tqh_first; h; h = h->next.tqe_next) {
+		/* libevent decodes values, not keys */
+		char *key = evhttp_uridecode(h->key, 1, NULL);
+		json_t *v = json_string(h->value); /* NULL unless UTF-8 */
+		if (key && v && !strncmp(key, prefix, pl) && key[pl])
+			json_object_set_new(o, key + pl, v);
+		else
+			json_decref(v);
+		free(key);
+	}
 	evhttp_clear_headers(&kv);
 	return o;
 }

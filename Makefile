@@ -21,10 +21,14 @@ PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
 SERVE_SRC  := $(wildcard src/serve/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
 AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c
+# The egress gateway (libevent + OpenSSL): in the daemon, and as moat-gate
+# for `moat run`.
+GATE_SRC   := $(wildcard src/gate/*.c)
+GATE_LIBS  := -levent -levent_openssl -lssl -lcrypto
 SERVE_LIBS := -levent -lsqlite3 -larchive
 CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
-BINS    := moat moat-serve moat-client moat-agent
+BINS    := moat moat-serve moat-client moat-agent moat-gate
 
 .PHONY: all deps run check unit e2e pyclient bench clean
 
@@ -38,6 +42,9 @@ $(1)/moat: $(LIB_SRC) $(CLI_SRC) $(HDRS) Makefile
 $(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $$(LIBS) $$(SERVE_LIBS)
+$(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c $(HDRS) Makefile
+	@mkdir -p $(1)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c $$(LIBS) $$(GATE_LIBS)
 $(1)/moat-client: $(CLIENT_SRC) src/base/err.c $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c $$(LIBS) $$(CLIENT_LIBS)
@@ -50,10 +57,10 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 	@mkdir -p $(dir $@)
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -O2 -g -static -o $@ $(AGENT_SRC) $(PROTO_SRC) -ljansson
 
-$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(wildcard tests/unit/*.c) $(HDRS) Makefile
+$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(wildcard tests/unit/*.c) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
-		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) -lcriterion
+		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
 
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h

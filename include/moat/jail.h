@@ -73,6 +73,11 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms,
 		   const int *forward, struct moat_jail_status *st,
 		   struct moat_err *e);
 
+/* Gateway mode (policy.gateway): take the listening sockets of the
+ * sandbox's 127.0.0.1:3128 (HTTP proxy) and :1080 (SOCKS5); the caller's
+ * gateway accepts on them. Returns -1 when there are none. */
+int moat_jail_gate_fds(struct moat_jail *j, int fds[2]);
+
 /* Agent mode: let the sandbox live on without us. Frees the handle, keeps
  * the cgroups (their directories are appended to *cgroups, for
  * moat_cgroup_remove) and the placeholders (inside a directory the caller

@@ -40,6 +40,10 @@ struct moat_policy {
 	struct moat_strv allow_read, deny_read, allow_write, deny_write;
 	enum moat_net_mode net;
 	struct moat_strv net_allow, net_deny; /* domain patterns (gateway) */
+	struct moat_strv net_secrets;  /* "NAME@host1,host2" (gateway) */
+	struct moat_strv net_resolve;  /* "HOST[:PORT]:ADDR" pins (gateway) */
+	bool gateway;         /* set by finalize: no network but through the
+			       * egress gateway (an allowlist was given) */
 	struct moat_strv env;                 /* "NAME" (pass) or "NAME=VALUE" */
 	uint64_t memory;     /* bytes; 0 = no limit */
 	uint64_t pids;       /* 0 = no limit */
@@ -87,6 +91,9 @@ int moat_policy_add_path(struct moat_strv *list, const char *path,
  * filesystem.allow_read[2]") so that finalize's errors can name it. */
 void moat_policy_note_origin(struct moat_policy *p, const char *path,
 			     const char *where);
+
+/* A secret for the gateway: "NAME@host1,host2" (NAME a variable name). */
+int moat_policy_add_secret(struct moat_policy *p, const char *spec, struct moat_err *e);
 
 /* Validate an --env / env entry ("NAME" or "NAME=VALUE"). */
 int moat_policy_add_env(struct moat_policy *p, const char *entry,

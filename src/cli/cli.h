@@ -5,6 +5,17 @@
 int moat_cmd_run(int argc, char **argv);
 int moat_cmd_doctor(int argc, char **argv);
 
+/* gate.c: moat run's egress gateway (a moat-gate process). */
+#include <moat/err.h>
+#include <moat/policy.h>
+struct run_gate;
+int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net_log,
+		   const char *upstream_ca, struct run_gate **out, struct moat_err *e);
+/* Hand over the sandbox's listening sockets (closed here). */
+int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e);
+/* Stop it, print each refused destination, clean up. NULL is fine. */
+void run_gate_finish(struct run_gate *g);
+
 /* "moat: msg" on stderr; always returns 125 (moat's own errors). */
 int moat_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

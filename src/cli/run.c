@@ -23,7 +23,8 @@ extern char **environ;
 enum {
 	OPT_ALLOW_READ = 256, OPT_DENY_READ, OPT_ALLOW_WRITE, OPT_DENY_WRITE, OPT_ENV,
 	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
-	OPT_MODE, OPT_DEGRADED,
+	OPT_MODE, OPT_DEGRADED, OPT_ALLOW_DOMAIN, OPT_DENY_DOMAIN, OPT_RESOLVE, OPT_SECRET,
+	OPT_NET_LOG, OPT_UPSTREAM_CA,
 };
 
 static const struct option opts[] = {
@@ -42,6 +43,12 @@ static const struct option opts[] = {
 	{"srt-settings", required_argument, NULL, OPT_SRT},
 	{"mode", required_argument, NULL, OPT_MODE},
 	{"allow-degraded", no_argument, NULL, OPT_DEGRADED},
+	{"allow-domain", required_argument, NULL, OPT_ALLOW_DOMAIN},
+	{"deny-domain", required_argument, NULL, OPT_DENY_DOMAIN},
+	{"resolve", required_argument, NULL, OPT_RESOLVE},
+	{"secret", required_argument, NULL, OPT_SECRET},
+	{"net-log", required_argument, NULL, OPT_NET_LOG},
+	{"upstream-ca", required_argument, NULL, OPT_UPSTREAM_CA},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -61,6 +68,14 @@ static void usage(FILE *f)
 	      "      --cpus N            CPU time, in CPUs (fractions allowed)\n"
 	      "      --timeout SECONDS   kill the sandbox after this long (exit 124)\n"
 	      "      --net none|host     network: own empty namespace (default) or the host's\n"
+	      "      --allow-domain PAT  reach PAT through the egress gateway: example.com,\n"
+	      "                          *.example.com, with :port, an IP or a CIDR (repeatable)\n"
+	      "      --deny-domain PAT   refuse PAT even if allowed (repeatable)\n"
+	      "      --resolve H:ADDR    the gateway resolves H to ADDR (as curl --resolve)\n"
+	      "      --secret NAME@HOST[,HOST]  NAME holds a placeholder inside; the gateway\n"
+	      "                          puts $NAME's real value in requests to HOST\n"
+	      "      --net-log FILE      the gateway's decisions, one JSON line each\n"
+	      "      --upstream-ca FILE  CAs the gateway trusts upstream (default: the system's)\n"
 	      "      --policy FILE       native JSON policy (docs/policy.md)\n"
 	      "      --srt-settings FILE sandbox-runtime (srt) settings file\n"
 	      "      --mode MODE         read-only | workspace-write | danger-full-access\n"
@@ -156,6 +171,18 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 	case OPT_DEGRADED:
 		p->allow_degraded = true;
 		break;
+	case OPT_ALLOW_DOMAIN:
+		moat_strv_add(&p->net_allow, f->arg);
+		break;
+	case OPT_DENY_DOMAIN:
+		moat_strv_add(&p->net_deny, f->arg);
+		break;
+	case OPT_RESOLVE:
+		moat_strv_add(&p->net_resolve, f->arg);
+		break;
+	case OPT_SECRET:
+		r = moat_policy_add_secret(p, f->arg, e);
+		break;
 	default:
 		break;
 	}
@@ -174,7 +201,7 @@ int moat_cmd_run(int argc, char **argv)
 	if (!flags)
 		return moat_cli_fail("out of memory");
 	size_t nflags = 0;
-	const char *mode = NULL, *policy = NULL, *srt = NULL;
+	const char *mode = NULL, *policy = NULL, *srt = NULL, *net_log = NULL, *upstream_ca = NULL;
 	optind = 1;
 	opterr = 0;
 	int c;
@@ -199,6 +226,12 @@ int moat_cmd_run(int argc, char **argv)
 		case OPT_SRT:
 			srt = optarg;
 			break;
+		case OPT_NET_LOG:
+			net_log = optarg;
+			break;
+		case OPT_UPSTREAM_CA:
+			upstream_ca = optarg;
+			break;
 		default:
 			/* "--memory -- cmd" would take "--" as the size */
 			if (optarg && strcmp(optarg, "--") == 0)
@@ -221,6 +254,7 @@ int moat_cmd_run(int argc, char **argv)
 	int rc = 125;
 	struct moat_strv env = {0};
 	struct moat_jail *j = NULL;
+	struct run_gate *gate = NULL;
 	if (mode && moat_policy_set_mode(&p, mode, &e) < 0) {
 		moat_err_prefix(&e, "--mode");
 		goto out_err;
@@ -242,6 +276,13 @@ int moat_cmd_run(int argc, char **argv)
 		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
 	if (moat_policy_build_env(&p, environ, home, &env, &e) < 0)
 		goto out_err;
+	if (p.gateway && run_gate_start(&p, &env, net_log, upstream_ca, &gate, &e) < 0)
+		goto out_err;
+	if (!p.gateway && (net_log || upstream_ca)) {
+		moat_err_set(&e, MOAT_E_USAGE, 0, "%s: only with --allow-domain or --secret "
+			     "(the egress gateway)", net_log ? "--net-log" : "--upstream-ca");
+		goto out_err;
+	}
 
 	sigset_t set;
 	sigemptyset(&set);
@@ -259,6 +300,15 @@ int moat_cmd_run(int argc, char **argv)
 	};
 	if (moat_jail_spawn(&p, &l, &j, &e) < 0)
 		goto out_err;
+	if (gate) {
+		int gfds[2];
+		if (moat_jail_gate_fds(j, gfds) < 0) {
+			moat_err_set(&e, MOAT_E_SYSTEM, 0, "the sandbox has no gateway sockets");
+			goto out_err;
+		}
+		if (run_gate_attach(gate, gfds, &e) < 0)
+			goto out_err;
+	}
 
 	int64_t deadline = p.timeout_ms ? moat_now_ms() + (int64_t)p.timeout_ms : -1;
 	struct moat_jail_status st;
@@ -297,6 +347,7 @@ out_err:
 	rc = moat_err_exit_code(&e);
 out:
 	moat_jail_destroy(j);
+	run_gate_finish(gate);
 	moat_strv_free(&env);
 	moat_policy_free(&p);
 	return rc;

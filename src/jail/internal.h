@@ -74,6 +74,9 @@ struct jail_ctx {
 	pid_t helpers[JAIL_MAX_HELPERS]; /* idmap user-namespace holders, to reap */
 	char *helper_stacks[JAIL_MAX_HELPERS];
 	size_t nhelpers;
+	int gate_sp[2];     /* gateway mode: child -> host, the listening sockets */
+	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
+	int gate_child[2];  /* child: its copies (kept for an agent) */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
@@ -154,6 +157,13 @@ int jail_seccomp_child(struct jail_ctx *c, struct moat_err *e);
 
 /* caps.c: rlimits, securebits, capabilities, no_new_privs */
 int jail_caps_child(struct jail_ctx *c, struct moat_err *e);
+
+/* net.c: the gateway's listening sockets inside the sandbox's netns */
+#define MOAT_GATE_HTTP_PORT 3128
+#define MOAT_GATE_SOCKS_PORT 1080
+int jail_net_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e);
+int jail_net_parent(struct jail_ctx *c, struct moat_err *e);
 
 /* cgroup.c */
 struct jail_cgroup;

@@ -28,6 +28,11 @@
 #endif
 #define LL_NET_BIND_TCP (1ULL << 0)
 #define LL_NET_CONNECT_TCP (1ULL << 1)
+#define LL_RULE_NET_PORT 2
+struct ll_net_port_attr {
+	__u64 allowed_access;
+	__u64 port;
+} __attribute__((packed));
 #define LL_SCOPE_ABSTRACT_UNIX_SOCKET (1ULL << 0)
 #define LL_SCOPE_SIGNAL (1ULL << 1)
 
@@ -172,6 +177,18 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e)
 			.parent_fd = c->l->agent_exe};
 		if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "landlock rule for the agent");
+	}
+	/* With the gateway, the way out is TCP to its two ports on loopback. */
+	if (c->p->gateway && abi >= 4) {
+		const __u64 ports[] = {MOAT_GATE_HTTP_PORT, MOAT_GATE_SOCKS_PORT};
+		for (size_t i = 0; i < 2; i++) {
+			struct ll_net_port_attr np = {.allowed_access = LL_NET_CONNECT_TCP,
+						      .port = ports[i]};
+			if (syscall(SYS_landlock_add_rule, rs, LL_RULE_NET_PORT, &np, 0) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno,
+						    "landlock rule for port %llu",
+						    (unsigned long long)ports[i]);
+		}
 	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_NO_NEW_PRIVS");

@@ -93,21 +93,30 @@ static __attribute__((noreturn)) void exec_agent(struct jail_ctx *c)
 {
 	struct moat_err e = {0};
 	const struct moat_launch *l = c->l;
-	int top = 3 + (int)l->agent_nfds + 1;
+	/* the launch's descriptors, then the gateway's listeners (kept by
+	 * the agent so that a restarted daemon can have them again) */
+	int fds[18];
+	size_t nfds = 0;
+	for (size_t i = 0; i < l->agent_nfds && nfds < 16; i++)
+		fds[nfds++] = l->agent_fds[i];
+	for (int i = 0; i < 2; i++)
+		if (c->gate_child[i] >= 0)
+			fds[nfds++] = c->gate_child[i];
+	int top = 3 + (int)nfds + 1;
 	/* Move everything we need above the range we are about to fill. */
 	int exe = fcntl(l->agent_exe, F_DUPFD_CLOEXEC, top + 8);
 	int errfd = fcntl(c->err_wr, F_DUPFD_CLOEXEC, top + 8);
-	int tmp[16];
+	int tmp[18];
 	if (exe < 0 || errfd < 0 || l->agent_nfds > 16) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
 		jail_child_fail(c->err_wr, &e);
 	}
-	for (size_t i = 0; i < l->agent_nfds; i++)
-		if ((tmp[i] = fcntl(l->agent_fds[i], F_DUPFD_CLOEXEC, top + 8)) < 0) {
+	for (size_t i = 0; i < nfds; i++)
+		if ((tmp[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, top + 8)) < 0) {
 			moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
 			jail_child_fail(errfd, &e);
 		}
-	for (size_t i = 0; i < l->agent_nfds; i++)
+	for (size_t i = 0; i < nfds; i++)
 		if (dup2(tmp[i], 3 + (int)i) < 0) { /* dup2 clears CLOEXEC */
 			moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
 			jail_child_fail(errfd, &e);
@@ -115,7 +124,7 @@ static __attribute__((noreturn)) void exec_agent(struct jail_ctx *c)
 	int devnull = open("/dev/null", O_RDWR | O_CLOEXEC);
 	for (int fd = 0; fd < 3 && devnull >= 0; fd++)
 		dup2(devnull, fd);
-	syscall(SYS_close_range, 3 + l->agent_nfds, ~0U, CLOSE_RANGE_CLOEXEC);
+	syscall(SYS_close_range, 3 + nfds, ~0U, CLOSE_RANGE_CLOEXEC);
 	/* errfd and exe are close-on-exec like everything else above */
 	syscall(SYS_execveat, exe, "", l->argv, l->envp, AT_EMPTY_PATH);
 	moat_err_set(&e, MOAT_E_SYSTEM, errno, "exec the sandbox agent");
@@ -179,12 +188,18 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 		moat_err_prefix(&e, "filesystem");
 		jail_child_fail(c->err_wr, &e);
 	}
+	if (jail_net_child(c, c->gate_child, &e) < 0)
+		jail_child_fail(c->err_wr, &e);
 	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
 	    jail_seccomp_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
 
 	if (c->l->agent)
 		exec_agent(c);
+	/* the supervisor has no use for the gateway's listeners */
+	for (int i = 0; i < 2; i++)
+		if (c->gate_child[i] >= 0)
+			close(c->gate_child[i]);
 
 	struct moat_init_args ia = {
 		.argv = c->l->argv,
@@ -206,7 +221,8 @@ static void ctx_free(struct jail_ctx *c)
 		c->go = NULL;
 	}
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
-		      &c->st_rd, &c->st_wr, &c->ws_fd};
+		      &c->st_rd, &c->st_wr, &c->ws_fd, &c->gate_sp[0], &c->gate_sp[1],
+		      &c->gate_fds[0], &c->gate_fds[1]};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -259,10 +275,13 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	c->l = l;
 	c->ws_fd = c->sync_rd = c->sync_wr = c->err_rd = c->err_wr = -1;
 	c->st_rd = c->st_wr = -1;
+	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
+	c->gate_child[0] = c->gate_child[1] = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
 
-	if (jail_ns_prepare(c, e) < 0 || jail_landlock_prepare(c, e) < 0 ||
+	if (jail_net_prepare(c, e) < 0 || jail_ns_prepare(c, e) < 0 ||
+	    jail_landlock_prepare(c, e) < 0 ||
 	    jail_seccomp_prepare(c, e) < 0 || jail_mount_prepare(c, e) < 0)
 		goto fail;
 	if (jail_cgroup_prepare(p, &j->cg, e) < 0 && jail_degrade(c, e) < 0)
@@ -339,6 +358,8 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	}
 	close(c->err_rd);
 	c->err_rd = -1;
+	if (jail_net_parent(c, e) < 0)
+		goto fail;
 	j->warn = l->warn;
 	j->warn_arg = l->warn_arg;
 	/* The policy and launch are the caller's; we keep no pointer into them. */
@@ -484,6 +505,14 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 			}
 		}
 	}
+}
+
+int moat_jail_gate_fds(struct moat_jail *j, int fds[2])
+{
+	fds[0] = j->c.gate_fds[0];
+	fds[1] = j->c.gate_fds[1];
+	j->c.gate_fds[0] = j->c.gate_fds[1] = -1;
+	return fds[0] >= 0 && fds[1] >= 0 ? 0 : -1;
 }
 
 pid_t moat_jail_detach(struct moat_jail *j, struct moat_strv *cgroups)

@@ -61,6 +61,8 @@ void moat_policy_free(struct moat_policy *p)
 	moat_strv_free(&p->deny_write);
 	moat_strv_free(&p->net_allow);
 	moat_strv_free(&p->net_deny);
+	moat_strv_free(&p->net_secrets);
+	moat_strv_free(&p->net_resolve);
 	moat_strv_free(&p->env);
 	moat_strv_free(&p->warnings);
 	moat_strv_free(&p->hidden);
@@ -169,6 +171,28 @@ int moat_policy_add_env(struct moat_policy *p, const char *entry,
 		return moat_err_set(e, MOAT_E_USAGE, 0,
 				    "invalid environment variable name in '%s'", entry);
 	moat_strv_add(&p->env, entry);
+	return 0;
+}
+
+int moat_policy_add_secret(struct moat_policy *p, const char *spec, struct moat_err *e)
+{
+	const char *at = strchr(spec, '@');
+	if (!at || at == spec || !env_name_ok(spec, (size_t)(at - spec)))
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "'%s': expected NAME@HOST[,HOST...] with a variable name", spec);
+	const char *h = at + 1;
+	if (!*h || strstr(h, ",,") || h[strlen(h) - 1] == ',' || *h == ',' ||
+	    strpbrk(h, " /@:\t"))
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "'%s': expected one or more host names after '@', "
+				    "separated by commas", spec);
+	for (size_t i = 0; i < p->net_secrets.n; i++) {
+		const char *o = p->net_secrets.v[i];
+		if (!strncmp(o, spec, (size_t)(at - spec) + 1))
+			return moat_err_set(e, MOAT_E_USAGE, 0, "'%s': %.*s is a secret already",
+					    spec, (int)(at - spec), spec);
+	}
+	moat_strv_add(&p->net_secrets, spec);
 	return 0;
 }
 
@@ -312,13 +336,15 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 			return moat_err_set(e, MOAT_E_USAGE, 0,
 					    "allow-write /: refusing to make the whole "
 					    "filesystem writable (use --mode danger-full-access)");
-	if (p->net_allow.n || p->net_deny.n) {
-		if (p->net == MOAT_NET_NONE)
-			moat_strv_add(&p->warnings,
-				      "domain allowlists need the egress gateway, "
-				      "which this build does not have yet: the "
-				      "network stays off");
-	}
+	/* An allowlist (or secrets to inject) means the egress gateway: the
+	 * sandbox keeps its own network namespace and reaches out only
+	 * through the gateway's proxies. */
+	p->gateway = p->net == MOAT_NET_NONE &&
+		     (p->net_allow.n || p->net_secrets.n);
+	if (p->net == MOAT_NET_HOST && (p->net_allow.n || p->net_deny.n || p->net_secrets.n))
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "--net host with domain rules or secrets: the host network "
+				    "bypasses the gateway (drop --net host)");
 	p->finalized = true;
 	return 0;
 }

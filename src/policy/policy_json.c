@@ -169,7 +169,7 @@ static int native(struct ctx *c, json_t *root, struct moat_policy *p)
 					  "limits", "env", "allow_degraded", NULL};
 	static const char *const fs[] = {"allow_read", "deny_read", "allow_write",
 					 "deny_write", "workspace_write", NULL};
-	static const char *const net[] = {"mode", "allow", "deny", NULL};
+	static const char *const net[] = {"mode", "allow", "deny", "resolve", "secrets", NULL};
 	if (!json_is_object(root))
 		return fail(c, "(top level)", "must be a JSON object");
 	if (check_keys(c, root, "", top) < 0)
@@ -215,8 +215,40 @@ static int native(struct ctx *c, json_t *root, struct moat_policy *p)
 				return fail(c, "network.mode", "must be \"none\" or \"host\"");
 		}
 		if (get_strings(c, o, "allow", "network.allow", &p->net_allow) < 0 ||
-		    get_strings(c, o, "deny", "network.deny", &p->net_deny) < 0)
+		    get_strings(c, o, "deny", "network.deny", &p->net_deny) < 0 ||
+		    get_strings(c, o, "resolve", "network.resolve", &p->net_resolve) < 0)
 			return -1;
+		/* [{"env": "NAME", "hosts": ["api.example.com"]}] */
+		if ((v = json_object_get(o, "secrets")) && !json_is_null(v)) {
+			if (!json_is_array(v))
+				return fail(c, "network.secrets",
+					    "must be an array of {\"env\", \"hosts\"} objects");
+			size_t i;
+			json_t *s;
+			json_array_foreach(v, i, s) {
+				const char *name = json_string_value(json_object_get(s, "env"));
+				json_t *hosts = json_object_get(s, "hosts");
+				if (!json_is_object(s) || !name || !json_is_array(hosts) ||
+				    !json_array_size(hosts) || json_object_size(s) != 2)
+					return fail(c, "network.secrets",
+						    "[%zu] must be {\"env\": NAME, \"hosts\": [HOST, ...]}", i);
+				char spec[2048];
+				size_t len = (size_t)snprintf(spec, sizeof spec, "%s@", name);
+				size_t k;
+				json_t *h;
+				json_array_foreach(hosts, k, h) {
+					if (!json_is_string(h))
+						return fail(c, "network.secrets",
+							    "[%zu].hosts[%zu] must be a string", i, k);
+					len += (size_t)snprintf(spec + len, len < sizeof spec ? sizeof spec - len : 0,
+								"%s%s", k ? "," : "", json_string_value(h));
+				}
+				if (len >= sizeof spec)
+					return fail(c, "network.secrets", "[%zu] is too long", i);
+				if (moat_policy_add_secret(p, spec, c->e) < 0)
+					return moat_err_prefix(c->e, "%s: network.secrets[%zu]", c->file, i);
+			}
+		}
 	}
 	if (get_object(c, root, "limits", "limits", &o) < 0)
 		return -1;

@@ -1,0 +1,321 @@
+/* moat run's egress gateway: start moat-gate (see src/gatebin/main.c),
+ * give it the policy and the secrets' real values, put the proxy
+ * variables, placeholders and CA files into the sandbox, hand it the
+ * sandbox's listening sockets, and print what it refused at the end. */
+#define _GNU_SOURCE
+#include "cli.h"
+
+#include "../base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <jansson.h>
+#include <limits.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+struct run_gate {
+	pid_t pid;
+	int ctl;
+	char cadir[64];
+};
+
+static const char *const proxy_vars[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
+					 "NO_PROXY", "http_proxy", "https_proxy",
+					 "all_proxy", "no_proxy", NULL};
+static const char *const ca_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+				      "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS", NULL};
+
+/* Set NAME=VALUE in env, replacing an earlier NAME. */
+static void env_set(struct moat_strv *env, const char *name, const char *value)
+{
+	size_t nl = strlen(name);
+	for (size_t i = 0; i < env->n; i++)
+		if (!strncmp(env->v[i], name, nl) && env->v[i][nl] == '=') {
+			free(env->v[i]);
+			env->v[i] = moat_strdupf("%s=%s", name, value);
+			return;
+		}
+	moat_strv_take(env, moat_strdupf("%s=%s", name, value));
+}
+
+static int write_all(const char *path, const char *a, const char *b, struct moat_err *e)
+{
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path);
+	const char *parts[] = {a, b};
+	for (int i = 0; i < 2; i++)
+		for (size_t off = 0, n = parts[i] ? strlen(parts[i]) : 0; off < n;) {
+			ssize_t w = write(fd, parts[i] + off, n - off);
+			if (w < 0 && errno == EINTR)
+				continue;
+			if (w < 0) {
+				close(fd);
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path);
+			}
+			off += (size_t)w;
+		}
+	return close(fd) < 0 ? moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path) : 0;
+}
+
+static char *slurp(const char *path)
+{
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return NULL;
+	char *buf = NULL;
+	size_t cap = 0, len = 0;
+	for (;;) {
+		if (len + 65536 > cap) {
+			char *nb = realloc(buf, cap = len + 65536 + cap);
+			if (!nb)
+				break;
+			buf = nb;
+		}
+		size_t n = fread(buf + len, 1, cap - len - 1, f);
+		len += n;
+		if (n == 0)
+			break;
+	}
+	fclose(f);
+	if (buf)
+		buf[len] = '\0';
+	return buf;
+}
+
+static void kill_gate(struct run_gate *g)
+{
+	if (g->pid > 0) {
+		kill(g->pid, SIGKILL);
+		waitpid(g->pid, NULL, 0);
+		g->pid = -1;
+	}
+}
+
+static void gate_free(struct run_gate *g)
+{
+	kill_gate(g);
+	if (g->ctl >= 0)
+		close(g->ctl);
+	if (g->cadir[0]) {
+		char p[128];
+		snprintf(p, sizeof p, "%s/ca.pem", g->cadir);
+		unlink(p);
+		snprintf(p, sizeof p, "%s/bundle.pem", g->cadir);
+		unlink(p);
+		rmdir(g->cadir);
+	}
+	free(g);
+}
+
+int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net_log,
+		   const char *upstream_ca, struct run_gate **out, struct moat_err *e)
+{
+	*out = NULL;
+	struct run_gate *g = calloc(1, sizeof *g);
+	if (!g)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "gateway");
+	g->ctl = -1;
+	g->pid = -1;
+	json_t *cfg = json_pack("{s:s,s:[],s:[],s:[],s:[]}", "name", "run", "allow", "deny",
+				"resolve", "secrets");
+	const struct moat_strv *lists[] = {&p->net_allow, &p->net_deny, &p->net_resolve};
+	const char *keys[] = {"allow", "deny", "resolve"};
+	for (int k = 0; k < 3; k++)
+		for (size_t i = 0; i < lists[k]->n; i++)
+			json_array_append_new(json_object_get(cfg, keys[k]),
+					      json_string(lists[k]->v[i]));
+	/* secrets: the sandbox gets a random placeholder, the gateway the value */
+	for (size_t i = 0; i < p->net_secrets.n; i++) {
+		const char *spec = p->net_secrets.v[i];
+		const char *at = strchr(spec, '@');
+		char name[256];
+		snprintf(name, sizeof name, "%.*s", (int)(at - spec), spec);
+		const char *value = getenv(name);
+		if (!value || !*value) {
+			json_decref(cfg);
+			free(g);
+			return moat_err_set(e, MOAT_E_USAGE, 0,
+					    "--secret %s: $%s is not set in moat's environment", spec,
+					    name);
+		}
+		unsigned char r[16];
+		if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+			json_decref(cfg);
+			free(g);
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "random placeholder");
+		}
+		char ph[64] = "moat_secret_";
+		for (int k = 0; k < 16; k++)
+			snprintf(ph + 12 + 2 * k, 3, "%02x", r[k]);
+		json_t *hosts = json_array();
+		char *list = strdup(at + 1), *save = NULL;
+		for (char *h = strtok_r(list, ",", &save); h; h = strtok_r(NULL, ",", &save))
+			json_array_append_new(hosts, json_string(h));
+		free(list);
+		json_array_append_new(json_object_get(cfg, "secrets"),
+				      json_pack("{s:s,s:s,s:o}", "placeholder", ph, "value", value,
+						"hosts", hosts));
+		env_set(env, name, ph);
+	}
+	if (net_log)
+		json_object_set_new(cfg, "log", json_string(net_log));
+	if (upstream_ca)
+		json_object_set_new(cfg, "upstream_ca", json_string(upstream_ca));
+
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		json_decref(cfg);
+		free(g);
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socket");
+	}
+	char self[PATH_MAX], exe[PATH_MAX + 16];
+	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+	self[n > 0 ? n : 0] = '\0';
+	char *slash = strrchr(self, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(exe, sizeof exe, "%s/moat-gate", self);
+	g->pid = fork();
+	if (g->pid == 0) {
+		if (dup2(sp[1], 3) < 0)
+			_exit(125);
+		syscall(SYS_close_range, 4, ~0U, 0);
+		char *argv[] = {"moat-gate", NULL};
+		execv(exe, argv);
+		dprintf(2, "moat: cannot run %s: %s\n", exe, strerror(errno));
+		_exit(125);
+	}
+	close(sp[1]);
+	g->ctl = sp[0];
+	if (g->pid < 0) {
+		json_decref(cfg);
+		gate_free(g);
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "start the gateway");
+	}
+	char *js = json_dumps(cfg, JSON_COMPACT);
+	json_decref(cfg);
+	ssize_t w = js ? send(g->ctl, js, strlen(js), MSG_NOSIGNAL) : -1;
+	if (js) {
+		explicit_bzero(js, strlen(js));
+		free(js);
+	}
+	char *reply = malloc(1 << 20);
+	ssize_t rn = w > 0 && reply ? recv(g->ctl, reply, (1 << 20) - 1, 0) : -1;
+	json_t *r = rn > 0 ? json_loadb(reply, (size_t)rn, 0, NULL) : NULL;
+	free(reply);
+	if (!json_is_true(json_object_get(r, "ok"))) {
+		const char *why = json_string_value(json_object_get(r, "error"));
+		moat_err_set(e, MOAT_E_USAGE, 0, "gateway: %s",
+			     why ? why : "did not start (is moat-gate next to moat?)");
+		json_decref(r);
+		gate_free(g);
+		return -1;
+	}
+	/* the proxies, for every tool that reads the usual variables */
+	env_set(env, "HTTP_PROXY", "http://127.0.0.1:3128");
+	env_set(env, "HTTPS_PROXY", "http://127.0.0.1:3128");
+	env_set(env, "ALL_PROXY", "socks5h://127.0.0.1:1080");
+	env_set(env, "NO_PROXY", "localhost,127.0.0.1,::1");
+	env_set(env, "http_proxy", "http://127.0.0.1:3128");
+	env_set(env, "https_proxy", "http://127.0.0.1:3128");
+	env_set(env, "all_proxy", "socks5h://127.0.0.1:1080");
+	env_set(env, "no_proxy", "localhost,127.0.0.1,::1");
+	(void)proxy_vars;
+	const char *ca = json_string_value(json_object_get(r, "ca"));
+	if (ca) {
+		/* the sandbox's CA, alone and with the system's, in a directory
+		 * shown read-only inside at the same path */
+		snprintf(g->cadir, sizeof g->cadir, "/tmp/moat-ca-XXXXXX");
+		char capath[128], bundle[128];
+		if (!mkdtemp(g->cadir) || chmod(g->cadir, 0755) < 0) {
+			g->cadir[0] = '\0';
+			json_decref(r);
+			gate_free(g);
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway CA directory");
+		}
+		snprintf(capath, sizeof capath, "%s/ca.pem", g->cadir);
+		snprintf(bundle, sizeof bundle, "%s/bundle.pem", g->cadir);
+		char *sys = slurp("/etc/ssl/certs/ca-certificates.crt");
+		int rc = write_all(capath, ca, NULL, e);
+		if (rc == 0)
+			rc = write_all(bundle, sys ? sys : "", ca, e);
+		free(sys);
+		if (rc < 0) {
+			json_decref(r);
+			gate_free(g);
+			return -1;
+		}
+		moat_strv_add(&p->allow_read, g->cadir);
+		for (size_t i = 0; ca_vars[i]; i++)
+			env_set(env, ca_vars[i],
+				!strcmp(ca_vars[i], "NODE_EXTRA_CA_CERTS") ? capath : bundle);
+	}
+	json_decref(r);
+	*out = g;
+	return 0;
+}
+
+int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e)
+{
+	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
+	char byte = 'L';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+	memcpy(CMSG_DATA(cm), fds, 2 * sizeof(int));
+	ssize_t n = sendmsg(g->ctl, &mh, MSG_NOSIGNAL);
+	close(fds[0]);
+	close(fds[1]);
+	if (n != 1)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the sandbox's sockets to the gateway");
+	return 0;
+}
+
+void run_gate_finish(struct run_gate *g)
+{
+	if (!g)
+		return;
+	if (send(g->ctl, "S", 1, MSG_NOSIGNAL) == 1) {
+		struct pollfd pf = {.fd = g->ctl, .events = POLLIN};
+		char *buf = malloc(1 << 20);
+		if (buf && poll(&pf, 1, 2000) > 0) {
+			ssize_t n = recv(g->ctl, buf, (1 << 20) - 1, 0);
+			json_t *r = n > 0 ? json_loadb(buf, (size_t)n, 0, NULL) : NULL;
+			size_t i;
+			json_t *v;
+			/* why `npm install` failed, at a glance */
+			json_array_foreach(json_object_get(r, "refused"), i, v)
+				fprintf(stderr, "moat: network: refused %s (%s)\n",
+					json_string_value(json_object_get(v, "dest")),
+					json_string_value(json_object_get(v, "reason")));
+			json_decref(r);
+		}
+		free(buf);
+		int st;
+		for (int k = 0; k < 200; k++) {
+			pid_t w = waitpid(g->pid, &st, WNOHANG);
+			if (w == g->pid || w < 0) {
+				g->pid = -1;
+				break;
+			}
+			usleep(5000);
+		}
+	}
+	gate_free(g);
+}

@@ -1,0 +1,124 @@
+/* The sandbox's way out when its network is an allowlist: inside its own
+ * network namespace (loopback only) the child brings `lo` up and opens
+ * two listening sockets, 127.0.0.1:3128 (HTTP proxy) and 127.0.0.1:1080
+ * (SOCKS5), and hands them to the host over a socketpair. The host's
+ * gateway accepts on them directly: a connection from inside arrives in
+ * the gateway without any relay, and there is no other route out, so a
+ * program that ignores the proxy variables simply cannot connect.
+ * Landlock then allows TCP connect to exactly these two ports. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include <errno.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <stdio.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/uio.h>
+#include <unistd.h>
+
+int jail_net_prepare(struct jail_ctx *c, struct moat_err *e)
+{
+	c->gate_sp[0] = c->gate_sp[1] = -1;
+	c->gate_fds[0] = c->gate_fds[1] = -1;
+	if (!c->p->gateway)
+		return 0;
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, c->gate_sp) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socketpair");
+	return 0;
+}
+
+static int listener(uint16_t port, struct moat_err *e)
+{
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socket");
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
+				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway listener 127.0.0.1:%u", port);
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
+{
+	fds_out[0] = fds_out[1] = -1;
+	if (!c->p->gateway)
+		return 0;
+	close(c->gate_sp[0]);
+	/* a new network namespace starts with lo down */
+	int s = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr = {0};
+	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+	if (s < 0 || ioctl(s, SIOCGIFFLAGS, &ifr) < 0) {
+		if (s >= 0)
+			close(s);
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "loopback interface");
+	}
+	ifr.ifr_flags |= IFF_UP;
+	int rc = ioctl(s, SIOCSIFFLAGS, &ifr);
+	close(s);
+	if (rc < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "bring up loopback");
+	int fds[2];
+	if ((fds[0] = listener(MOAT_GATE_HTTP_PORT, e)) < 0)
+		return -1;
+	if ((fds[1] = listener(MOAT_GATE_SOCKS_PORT, e)) < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	char cbuf[CMSG_SPACE(sizeof fds)] = {0};
+	char byte = 'g';
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf};
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof fds);
+	memcpy(CMSG_DATA(cm), fds, sizeof fds);
+	if (sendmsg(c->gate_sp[1], &mh, MSG_NOSIGNAL) != 1) {
+		close(fds[0]);
+		close(fds[1]);
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the gateway sockets over");
+	}
+	close(c->gate_sp[1]);
+	fds_out[0] = fds[0];
+	fds_out[1] = fds[1];
+	return 0;
+}
+
+int jail_net_parent(struct jail_ctx *c, struct moat_err *e)
+{
+	if (!c->p->gateway)
+		return 0;
+	close(c->gate_sp[1]);
+	c->gate_sp[1] = -1;
+	int fds[2] = {-1, -1};
+	char cbuf[CMSG_SPACE(sizeof fds)] = {0};
+	char byte;
+	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf};
+	ssize_t n;
+	while ((n = recvmsg(c->gate_sp[0], &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+		;
+	struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
+	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof fds))
+		return moat_err_set(e, MOAT_E_SYSTEM, n < 0 ? errno : EPROTO,
+				    "receive the gateway sockets");
+	memcpy(fds, CMSG_DATA(cm), sizeof fds);
+	c->gate_fds[0] = fds[0];
+	c->gate_fds[1] = fds[1];
+	close(c->gate_sp[0]);
+	c->gate_sp[0] = -1;
+	return 0;
+}

@@ -360,10 +360,12 @@ def test_srt_settings_without_allow_write(run, base, ws):
     settings.write_text(json.dumps({"filesystem": {"allowWrite": [], "denyWrite": []},
                                     "network": {"allowedDomains": ["example.com"]}}))
     before = snapshot(ws)
-    r = run.sh('cat f.txt; echo evil > f.txt; cat /etc/hostname > /dev/null && echo ETC-OK',
+    r = run.sh('cat f.txt; echo evil > f.txt; cat /etc/hostname > /dev/null && echo ETC-OK; '
+               'echo "proxy=$HTTPS_PROXY"',
                "--srt-settings", settings)
     assert "original" in r.stdout and "ETC-OK" in r.stdout, r.stderr
-    assert "egress gateway" in r.stderr  # domain lists are not enforced yet: said so
+    # allowedDomains turn the egress gateway on: the proxy is named inside
+    assert "proxy=http://127.0.0.1:3128" in r.stdout, r.stderr
     assert snapshot(ws) == before
 
 

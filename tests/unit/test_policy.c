@@ -1524,7 +1524,7 @@ Test(finalize, workspace_inside_allow_write_is_writable)
 	tmp_rm(dir);
 }
 
-Test(finalize, network_allowlist_warning)
+Test(finalize, network_allowlist_means_gateway)
 {
 	char *dir = tmp_dir();
 	struct moat_policy p;
@@ -1532,15 +1532,34 @@ Test(finalize, network_allowlist_warning)
 	moat_strv_add(&p.net_allow, "example.com");
 	struct moat_err e = {0};
 	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), 0, "%s", e.msg);
-	cr_assert_eq(p.warnings.n, 1);
-	assert_has(p.warnings.v[0], "network");
+	cr_assert(p.gateway);
+	cr_assert_eq(p.warnings.n, 0);
 	moat_policy_free(&p);
 
+	/* no allowlist: no gateway, the network is simply off */
+	moat_policy_init(&p);
+	moat_strv_add(&p.net_deny, "example.com");
+	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), 0, "%s", e.msg);
+	cr_assert(!p.gateway);
+	moat_policy_free(&p);
+
+	/* the host network would bypass the rules: refused, naming it */
 	moat_policy_init(&p);
 	moat_strv_add(&p.net_deny, "example.com");
 	p.net = MOAT_NET_HOST;
+	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), -1);
+	assert_has(e.msg, "--net host");
+	moat_policy_free(&p);
+
+	moat_policy_init(&p);
+	cr_assert_eq(moat_policy_add_secret(&p, "TOKEN@api.example.com,x.example.com", &e), 0, "%s", e.msg);
+	cr_assert_eq(moat_policy_add_secret(&p, "TOKEN@other.example.com", &e), -1);
+	cr_assert_eq(moat_policy_add_secret(&p, "BAD NAME@x.com", &e), -1);
+	assert_has(e.msg, "BAD NAME@x.com");
+	cr_assert_eq(moat_policy_add_secret(&p, "NOHOST@", &e), -1);
+	cr_assert_eq(moat_policy_add_secret(&p, "NOAT", &e), -1);
 	cr_assert_eq(moat_policy_finalize(&p, dir, dir, &e), 0, "%s", e.msg);
-	cr_assert_eq(p.warnings.n, 0);
+	cr_assert(p.gateway);
 	moat_policy_free(&p);
 	tmp_rm(dir);
 }

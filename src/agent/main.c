@@ -17,6 +17,7 @@
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
+#include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -33,6 +34,51 @@ struct agent_conn {
 };
 
 static struct agent_conn conns[MAX_CONNS];
+/* The gateway's listening sockets (fds 4 and 5 when the sandbox has an
+ * egress gateway): kept so that a restarted daemon can have them again. */
+static int gate_fds[2] = {-1, -1};
+
+static bool is_listener(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof v;
+	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) == 0 && v;
+}
+
+/* Answer "netfds" with the two sockets attached (SCM_RIGHTS), in one
+ * blocking sendmsg on a connection used for nothing else. */
+static void send_netfds(struct agent_conn *c, json_int_t id)
+{
+	bool have = gate_fds[0] >= 0 && gate_fds[1] >= 0;
+	json_t *o = have ? json_pack("{s:I,s:b}", "id", id, "ok", 1)
+			 : json_pack("{s:I,s:{s:s,s:s}}", "id", id, "error", "code", "not_found",
+				     "message", "this sandbox has no gateway sockets");
+	char *js = json_dumps(o, JSON_COMPACT);
+	json_decref(o);
+	if (!js)
+		return;
+	size_t jl = strlen(js);
+	unsigned char h[MOAT_FRAME_HDR];
+	moat_frame_hdr(h, (uint32_t)jl, 0);
+	struct iovec iov[2] = {{.iov_base = h, .iov_len = sizeof h}, {.iov_base = js, .iov_len = jl}};
+	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
+	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
+	if (have) {
+		mh.msg_control = cbuf;
+		mh.msg_controllen = sizeof cbuf;
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
+		memcpy(CMSG_DATA(cm), gate_fds, 2 * sizeof(int));
+	}
+	int fl = fcntl(c->fd, F_GETFL);
+	fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
+	ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+	(void)n;
+	fcntl(c->fd, F_SETFL, fl);
+	free(js);
+}
 
 int64_t agent_now_ms(void)
 {
@@ -211,6 +257,8 @@ static void dispatch(struct agent_conn *c, const char *js, size_t jl, const char
 		fs_pack(&r, req);
 	else if (!strcmp(op, "unpack"))
 		fs_unpack(&r, req, data, dl);
+	else if (!strcmp(op, "netfds"))
+		send_netfds(c, id);
 	else if (!strcmp(op, "ping"))
 		agent_reply(&r, json_pack("{s:b,s:I}", "ok", 1, "running",
 					  (json_int_t)proc_running()), NULL, 0);
@@ -288,6 +336,11 @@ int main(void)
 		return 125;
 	for (int i = 0; i < MAX_CONNS; i++)
 		conns[i].fd = -1;
+	for (int i = 0; i < 2; i++)
+		if (is_listener(4 + i)) {
+			gate_fds[i] = 4 + i;
+			fcntl(4 + i, F_SETFD, FD_CLOEXEC);
+		}
 	fs_init();
 	static struct pollfd pfd[MAX_POLL];
 	for (;;) {

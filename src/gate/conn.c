@@ -423,6 +423,13 @@ static void decide(struct gate_conn *c)
 		refuse(c, 403, 2, why[0] ? why : "not in the allowlist");
 		return;
 	}
+	const struct gate_policy *ceil = gate_ceiling(c->b);
+	if (ceil && gate_check_name(ceil, c->host, (uint16_t)c->port, why) != GATE_ALLOW) {
+		char w2[GATE_WHY_CAP + 32];
+		snprintf(w2, sizeof w2, "outside the operator's --net-allow (%s)", why);
+		refuse(c, 403, 2, w2);
+		return;
+	}
 	c->st = S_RESOLVE;
 	struct sockaddr_storage ss[GATE_PIN_ADDRS];
 	size_t n = gate_addr_parse(c->host, &ss[0]) ? 1 : 0;
@@ -511,6 +518,7 @@ static void on_cli_head(struct bufferevent *bev, void *arg)
 		}
 		/* inside an intercepted tunnel: inject, forward, then relay */
 		struct evbuffer *out = bufferevent_get_output(c->up);
+		c->bytes_up += h->head_len;
 		if (gate_box_inject(c->b, c->host, buf, h->head_len, out) < 0) {
 			refuse(c, 502, 1, "out of memory");
 			return;

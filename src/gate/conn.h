@@ -25,6 +25,7 @@ void gate_conn_link(struct gate_conn **head, struct gate_conn *c, bool add);
 struct event_base *gate_base(struct gate_box *b);
 struct evdns_base *gate_dns(struct gate_box *b);
 const struct gate_policy *gate_policy(struct gate_box *b);
+const struct gate_policy *gate_ceiling(struct gate_box *b); /* or NULL */
 const struct gate_limits *gate_limits(struct gate_box *b);
 struct gate_tls *gate_tls_of(struct gate_box *b);
 struct gate_ca *gate_ca_of(struct gate_box *b);

@@ -62,7 +62,18 @@ struct gate_box {
 	size_t nrefused;
 	struct gate_ca *ca;
 	struct gate_conn *all; /* live connections, for free */
+	const struct gate_policy *ceiling;
 };
+
+void gate_box_set_ceiling(struct gate_box *b, const struct gate_policy *ceiling)
+{
+	b->ceiling = ceiling;
+}
+
+const struct gate_policy *gate_ceiling(struct gate_box *b)
+{
+	return b->ceiling;
+}
 
 /* ---- helpers shared with conn.c ----------------------------------------- */
 

@@ -36,6 +36,9 @@ void gate_free(struct gate *g);
 /* name: for logs. pol is taken over. log may be NULL (borrowed). */
 struct gate_box *gate_box_new(struct gate *g, const char *name, struct gate_policy *pol,
 			      const struct gate_limits *lim, FILE *log, struct moat_err *e);
+/* An operator's bound (moat serve --net-allow): a name must pass it too.
+ * Borrowed; NULL = none. */
+void gate_box_set_ceiling(struct gate_box *b, const struct gate_policy *ceiling);
 /* Start accepting on the sandbox's listeners (taken over). */
 int gate_box_listen(struct gate_box *b, int http_fd, int socks_fd, struct moat_err *e);
 /* A secret: the sandbox sees `placeholder`; requests to `hosts` carry

@@ -147,6 +147,11 @@ enum gate_sni_status gate_sni_parse(const uint8_t *buf, size_t len,
 	uint8_t hello[GATE_SNI_HELLO_MAX];
 	size_t have = 0, need = 4, off = 0;
 	while (have < need) {
+		/* Even a 1-byte record here would end past the limit; decided
+		 * before its header arrives so that NEED_MORE always means
+		 * len < GATE_SNI_INPUT_MAX. */
+		if (off + 6 > GATE_SNI_INPUT_MAX)
+			return bad(err, "ClientHello records too long");
 		if (off < len && buf[off] != REC_TYPE_HANDSHAKE)
 			return bad(err, off ? "non-handshake record inside the ClientHello"
 					    : "not a TLS handshake record");

@@ -5,6 +5,8 @@
 #include "api.h"
 
 #include "archive.h"
+#include "gate/addr.h"
+#include "gate/policy.h"
 #include "box.h"
 #include "http.h"
 #include "image.h"
@@ -22,6 +24,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
 
@@ -548,13 +551,146 @@ static bool parse_limits(struct evhttp_request *req, json_t *l, struct box_spec 
 	return true;
 }
 
+/* "network": {"allow", "deny", "resolve", "secrets": [{"env", "hosts"}]}.
+ * Patterns are checked here (400 naming the entry); an allowlist needs the
+ * operator's --net-allow (every connection must pass both); a pinned
+ * special address (loopback, private...) needs an IP rule of the operator;
+ * a secret must be in the daemon's store. On success env gets the proxy
+ * variables, the placeholders and the CA variables, and *out the network
+ * object with "placeholders". */
+static bool parse_network(struct evhttp_request *req, json_t *n, json_t *env, json_t **out)
+{
+	*out = NULL;
+	if (!n || json_is_null(n))
+		return true;
+	static const char *const keys[] = {"allow", "deny", "resolve", "secrets", NULL};
+	if (!json_is_object(n)) {
+		http_error(req, 400, "invalid_request", "network must be an object");
+		return false;
+	}
+	if (!only_keys(req, n, "network", keys))
+		return false;
+	struct gate_policy tmp;
+	gate_policy_init(&tmp);
+	struct moat_err e = {0};
+	bool ok = true;
+	const char *lk[] = {"allow", "deny", "resolve"};
+	for (int k = 0; k < 3 && ok; k++) {
+		json_t *a = json_object_get(n, lk[k]);
+		if (a && !json_is_array(a)) {
+			http_error(req, 400, "invalid_request", "network.%s must be an array of strings", lk[k]);
+			ok = false;
+			break;
+		}
+		size_t i;
+		json_t *v;
+		json_array_foreach(a, i, v)
+		{
+			const char *s = json_string_value(v);
+			int rc = !s ? moat_err_set(&e, MOAT_E_USAGE, 0, "must be a string")
+			       : k == 0 ? gate_policy_add_allow(&tmp, s, &e)
+			       : k == 1 ? gate_policy_add_deny(&tmp, s, &e)
+					: gate_policy_add_pin(&tmp, s, &e);
+			if (rc < 0) {
+				http_error(req, 400, "invalid_request", "network.%s[%zu]: %s", lk[k], i, e.msg);
+				ok = false;
+				break;
+			}
+		}
+	}
+	json_t *secrets = json_object_get(n, "secrets");
+	if (ok && secrets && !json_is_array(secrets)) {
+		http_error(req, 400, "invalid_request", "network.secrets must be an array");
+		ok = false;
+	}
+	if (ok && (tmp.n_allow || json_array_size(secrets)) && !conf->net_ceiling) {
+		http_error(req, 403, "forbidden",
+			   "network: this daemon gives sandboxes no network (start it with --net-allow)");
+		ok = false;
+	}
+	/* a pin to a special address would reach the host's own services */
+	for (size_t i = 0; ok && i < tmp.n_pins; i++)
+		for (size_t k = 0; ok && k < tmp.pins[i].n; k++) {
+			const struct sockaddr *sa = (const struct sockaddr *)&tmp.pins[i].addr[k];
+			char why[GATE_WHY_CAP];
+			if (gate_addr_special(sa) &&
+			    gate_check_addr(conf->net_ceiling, "", tmp.pins[i].port ? tmp.pins[i].port : 1,
+					    sa, why) != GATE_ALLOW) {
+				char a[GATE_ADDR_FMT_CAP];
+				http_error(req, 403, "forbidden",
+					   "network.resolve: %s pins %s, a %s address the operator's "
+					   "--net-allow does not cover", tmp.pins[i].host,
+					   gate_addr_format(sa, false, a), gate_addr_special_kind(sa));
+				ok = false;
+			}
+		}
+	gate_policy_free(&tmp);
+	if (!ok)
+		return false;
+	json_t *ph = json_object();
+	size_t i;
+	json_t *s;
+	json_array_foreach(secrets, i, s)
+	{
+		const char *name = json_string_value(json_object_get(s, "env"));
+		json_t *hosts = json_object_get(s, "hosts");
+		size_t k;
+		json_t *h;
+		bool good = json_is_object(s) && json_object_size(s) == 2 && name && *name &&
+			    !strchr(name, '=') && json_is_array(hosts) && json_array_size(hosts);
+		json_array_foreach(hosts, k, h) good = good && json_is_string(h) && json_string_length(h);
+		if (!good) {
+			http_error(req, 400, "invalid_request",
+				   "network.secrets[%zu] must be {\"env\": NAME, \"hosts\": [HOST, ...]}", i);
+			json_decref(ph);
+			return false;
+		}
+		if (!json_object_get(conf->secrets, name)) {
+			http_error(req, 403, "forbidden",
+				   "network.secrets[%zu]: %s is not in the daemon's secret store", i, name);
+			json_decref(ph);
+			return false;
+		}
+		unsigned char r[16];
+		char p[64] = "moat_secret_";
+		if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r) {
+			http_error(req, 500, "internal", "no randomness for a placeholder");
+			json_decref(ph);
+			return false;
+		}
+		for (int b = 0; b < 16; b++)
+			snprintf(p + 12 + 2 * b, 3, "%02x", r[b]);
+		json_object_set_new(ph, name, json_string(p));
+		json_object_set_new(env, name, json_string(p));
+	}
+	static const char *const proxies[][2] = {
+		{"HTTP_PROXY", "http://127.0.0.1:3128"},  {"HTTPS_PROXY", "http://127.0.0.1:3128"},
+		{"ALL_PROXY", "socks5h://127.0.0.1:1080"}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
+		{"http_proxy", "http://127.0.0.1:3128"},  {"https_proxy", "http://127.0.0.1:3128"},
+		{"all_proxy", "socks5h://127.0.0.1:1080"}, {"no_proxy", "localhost,127.0.0.1,::1"}};
+	for (size_t k = 0; k < sizeof proxies / sizeof proxies[0]; k++)
+		json_object_set_new(env, proxies[k][0], json_string(proxies[k][1]));
+	if (json_object_size(ph)) {
+		/* written into the sandbox by the daemon once it runs */
+		const char *ca_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+					 "GIT_SSL_CAINFO"};
+		for (size_t k = 0; k < 4; k++)
+			json_object_set_new(env, ca_vars[k], json_string("/tmp/.moat/bundle.pem"));
+		json_object_set_new(env, "NODE_EXTRA_CA_CERTS", json_string("/tmp/.moat/ca.pem"));
+	}
+	*out = json_deep_copy(n);
+	json_object_set_new(*out, "placeholders", ph);
+	return true;
+}
+
 static void h_create(struct evhttp_request *req)
 {
 	json_t *body = http_body_json(req, true);
 	if (!body)
 		return;
 	static const char *const keys[] = {"manifest", "image",	 "env",	     "limits",
-					   "timeout_s", "idle_timeout_s", "metadata", NULL};
+					   "timeout_s", "idle_timeout_s", "metadata", "network",
+					   NULL};
 	struct box_spec s = {.idle_timeout_s = 1200};
 	struct moat_buf entries = {0};
 	json_t *env = NULL;
@@ -602,6 +738,8 @@ static void h_create(struct evhttp_request *req)
 	json_object_set_new(env, "MOAT_SANDBOX", json_string("1"));
 	if (json_object_get(body, "env"))
 		json_object_update(env, json_object_get(body, "env"));
+	if (!parse_network(req, json_object_get(body, "network"), env, &s.network))
+		goto out;
 	json_t *m = json_object_get(body, "manifest");
 	if (m && !json_is_null(m)) {
 		struct moat_err e = {0};
@@ -643,6 +781,7 @@ static void h_create(struct evhttp_request *req)
 	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
 	     entries.p, entries.len);
 out:
+	json_decref(s.network);
 	free(s.image);
 	json_decref(env);
 	moat_buf_free(&entries);
@@ -971,6 +1110,30 @@ static void h_archive(struct evhttp_request *req, struct box *b)
 	moat_buf_free(&entries);
 }
 
+/* The gateway's decisions for this sandbox, JSON lines (written by the
+ * daemon's gateway, not by the sandbox). */
+static void h_netlog(struct evhttp_request *req, struct box *b)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/net.log", box_dir(b));
+	FILE *f = fopen(path, "re");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *m = open_memstream(&buf, &len);
+	if (f && m) {
+		char chunk[65536];
+		size_t got;
+		while ((got = fread(chunk, 1, sizeof chunk, f)) > 0 && len < (64u << 20))
+			fwrite(chunk, 1, got, m);
+	}
+	if (m)
+		fclose(m);
+	if (f)
+		fclose(f);
+	http_raw(req, 200, "application/x-ndjson", buf ? buf : "", buf ? len : 0);
+	free(buf);
+}
+
 /* ---- routing ------------------------------------------------------------------- */
 
 static void not_allowed(struct evhttp_request *req)
@@ -1057,6 +1220,8 @@ void api_route(struct evhttp_request *req)
 		m == EVHTTP_REQ_POST ? h_patch(req, b) : not_allowed(req);
 	else if (!strcmp(what, "image") && n == 4)
 		m == EVHTTP_REQ_GET ? h_image(req, b) : not_allowed(req);
+	else if (!strcmp(what, "netlog") && n == 4)
+		m == EVHTTP_REQ_GET ? h_netlog(req, b) : not_allowed(req);
 	else if (!strcmp(what, "archive") && n == 4)
 		(m == EVHTTP_REQ_GET || m == EVHTTP_REQ_PUT) ? h_archive(req, b) : not_allowed(req);
 	else

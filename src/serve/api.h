@@ -6,12 +6,16 @@
 #include <stdint.h>
 
 struct event_base;
+struct gate_policy;
+#include <jansson.h>
 
 struct api_config {
 	struct event_base *base;
 	char *const *host_paths; /* --allow-host-path dirs, NULL-terminated */
 	uint64_t max_file;       /* PUT files body limit */
 	uint64_t max_archive;    /* unpacked archive limit */
+	const struct gate_policy *net_ceiling; /* --net-allow, or NULL: no network */
+	json_t *secrets;         /* the secret store: NAME -> value */
 };
 
 void api_init(const struct api_config *c);

@@ -7,6 +7,9 @@
 #include "../base/util.h"
 #include "../proto/frame.h"
 
+#include "gate/gateway.h"
+#include "gate/policy.h"
+
 #include <moat/jail.h>
 #include <moat/policy.h>
 
@@ -59,6 +62,8 @@ struct box {
 	bool idle_check;     /* a ping for idle reaping is out */
 	bool deleted;        /* freed from the event loop, not from a callback */
 	bool pooled;         /* pre-started, not handed out yet */
+	struct gate_box *gbox; /* its egress gateway, if it has a network allowlist */
+	FILE *netlog;        /* <dir>/net.log */
 };
 
 static struct event_base *evbase;
@@ -128,6 +133,11 @@ const char *box_id(const struct box *b)
 	return b->id;
 }
 
+const char *box_dir(const struct box *b)
+{
+	return b->dir;
+}
+
 bool box_running(const struct box *b)
 {
 	return b->running;
@@ -153,12 +163,14 @@ json_t *box_json(const struct box *b)
 	json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", b->id, "state",
 			      b->running ? "running" : "stopped", "created_at", when, "workspace",
 			      WORKSPACE);
-	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata"};
+	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata",
+			      "network"};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		json_t *v = json_object_get(b->spec, keys[i]);
 		if (v)
-			json_object_set(o, keys[i], v);
+			json_object_set_new(o, keys[i], json_deep_copy(v));
 	}
+	json_object_del(json_object_get(o, "network"), "placeholders");
 	return o;
 }
 
@@ -429,6 +441,9 @@ static void remove_dir(const char *dir)
 
 static void box_free(struct box *b)
 {
+	gate_box_free(b->gbox);
+	if (b->netlog)
+		fclose(b->netlog);
 	drop_conn(b);
 	if (b->pidev)
 		event_free(b->pidev);
@@ -463,9 +478,180 @@ static json_t *spec_json(const struct box_spec *s)
 		json_object_set_new(lim, "cpus", json_real((double)s->cpu_milli / 1000));
 	if (s->disk)
 		json_object_set_new(lim, "disk", json_integer((json_int_t)s->disk));
-	return json_pack("{s:O,s:O,s:s,s:o,s:I,s:I}", "env", s->env, "metadata", s->metadata,
-			 "image", s->image ? s->image : "host", "limits", lim, "timeout_s",
-			 (json_int_t)s->timeout_s, "idle_timeout_s", (json_int_t)s->idle_timeout_s);
+	json_t *o = json_pack("{s:O,s:O,s:s,s:o,s:I,s:I}", "env", s->env, "metadata", s->metadata,
+			      "image", s->image ? s->image : "host", "limits", lim, "timeout_s",
+			      (json_int_t)s->timeout_s, "idle_timeout_s", (json_int_t)s->idle_timeout_s);
+	if (s->network)
+		json_object_set(o, "network", s->network);
+	return o;
+}
+
+/* ---- the egress gateway of a sandbox ------------------------------------- */
+
+static void strings_into(json_t *a, struct moat_strv *out)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(a, i, v) moat_strv_add(out, json_string_value(v));
+}
+
+/* The policy's network keys from the spec (the engine opens the gateway's
+ * listeners when there is an allowlist or a secret). */
+static void network_policy(json_t *net, struct moat_policy *p)
+{
+	if (!net)
+		return;
+	strings_into(json_object_get(net, "allow"), &p->net_allow);
+	strings_into(json_object_get(net, "deny"), &p->net_deny);
+	strings_into(json_object_get(net, "resolve"), &p->net_resolve);
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(net, "secrets"), i, s)
+		moat_strv_take(&p->net_secrets, moat_strdupf("%s@x", json_string_value(json_object_get(s, "env"))));
+}
+
+static void on_ca_written(void *arg, json_t *reply, const char *data, size_t len)
+{
+	if (reply && json_object_get(reply, "error"))
+		fprintf(stderr, "moat serve: %s: cannot place the gateway CA: %s\n", (char *)arg,
+			json_string_value(json_object_get(json_object_get(reply, "error"), "message")));
+	free(arg);
+}
+
+/* Serve the sandbox's listeners: its policy under the operator's
+ * ceiling, its secrets from the store, its CA placed inside. */
+static int attach_gate(struct box *b, int fds[2], struct moat_err *e)
+{
+	json_t *net = json_object_get(b->spec, "network");
+	struct gate_policy *pol = calloc(1, sizeof *pol);
+	if (!pol) {
+		close(fds[0]);
+		close(fds[1]);
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "gateway");
+	}
+	gate_policy_init(pol);
+	const char *keys[] = {"allow", "deny", "resolve"};
+	for (int k = 0; k < 3; k++) {
+		size_t i;
+		json_t *v;
+		json_array_foreach(json_object_get(net, keys[k]), i, v)
+		{
+			const char *s = json_string_value(v);
+			int rc = k == 0 ? gate_policy_add_allow(pol, s, e)
+			       : k == 1 ? gate_policy_add_deny(pol, s, e)
+					: gate_policy_add_pin(pol, s, e);
+			if (rc < 0) {
+				gate_policy_free(pol);
+				free(pol);
+				close(fds[0]);
+				close(fds[1]);
+				return -1;
+			}
+		}
+	}
+	char logpath[96];
+	snprintf(logpath, sizeof logpath, "%s/net.log", b->dir);
+	if (!b->netlog)
+		b->netlog = fopen(logpath, "ae");
+	b->gbox = gate_box_new(cfg.gate, b->id, pol, NULL, b->netlog, e);
+	if (!b->gbox) {
+		gate_policy_free(pol);
+		free(pol);
+		close(fds[0]);
+		close(fds[1]);
+		return -1;
+	}
+	gate_box_set_ceiling(b->gbox, cfg.net_ceiling);
+	if (gate_box_listen(b->gbox, fds[0], fds[1], e) < 0)
+		return -1;
+	json_t *ph = json_object_get(net, "placeholders");
+	size_t i;
+	json_t *s;
+	json_array_foreach(json_object_get(net, "secrets"), i, s)
+	{
+		const char *name = json_string_value(json_object_get(s, "env"));
+		const char *value = json_string_value(json_object_get(cfg.secrets, name));
+		const char *placeholder = json_string_value(json_object_get(ph, name));
+		size_t n = json_array_size(json_object_get(s, "hosts"));
+		char **hosts = calloc(n + 1, sizeof *hosts);
+		for (size_t k = 0; hosts && k < n; k++)
+			hosts[k] = (char *)json_string_value(json_array_get(json_object_get(s, "hosts"), k));
+		int rc = value && placeholder && hosts
+				 ? gate_box_secret(b->gbox, placeholder, value, hosts, e)
+				 : moat_err_set(e, MOAT_E_USAGE, 0, "secret %s is not in the store",
+						name ? name : "?");
+		free(hosts);
+		if (rc < 0)
+			return -1;
+	}
+	/* the CA goes into the sandbox, alone and with the system's */
+	const char *ca = gate_box_ca_pem(b->gbox);
+	if (ca) {
+		FILE *f = fopen("/etc/ssl/certs/ca-certificates.crt", "re");
+		char *sys = NULL;
+		size_t syslen = 0;
+		if (f) {
+			FILE *m = open_memstream(&sys, &syslen);
+			char buf[65536];
+			size_t got;
+			while (m && (got = fread(buf, 1, sizeof buf, f)) > 0)
+				fwrite(buf, 1, got, m);
+			if (m)
+				fclose(m);
+			fclose(f);
+		}
+		size_t cl = strlen(ca);
+		char *bundle = malloc(syslen + cl + 1);
+		if (bundle) {
+			if (syslen)
+				memcpy(bundle, sys, syslen);
+			memcpy(bundle + syslen, ca, cl);
+		}
+		json_t *w1 = json_pack("{s:s,s:s}", "op", "write", "path", "/tmp/.moat/ca.pem");
+		json_t *w2 = json_pack("{s:s,s:s}", "op", "write", "path", "/tmp/.moat/bundle.pem");
+		box_call(b, w1, ca, cl, on_ca_written, strdup(b->id));
+		if (bundle)
+			box_call(b, w2, bundle, syslen + cl, on_ca_written, strdup(b->id));
+		json_decref(w1);
+		json_decref(w2);
+		free(bundle);
+		free(sys);
+	}
+	return 0;
+}
+
+/* After a restart: the agent keeps the listeners; ask it for them on a
+ * connection of our own (the descriptors travel as SCM_RIGHTS). */
+static int fetch_netfds(struct box *b, int fds[2])
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", b->dir);
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	struct timeval tv = {2, 0};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	static const char req[] = "{\"op\":\"netfds\",\"id\":1}";
+	unsigned char h[MOAT_FRAME_HDR];
+	moat_frame_hdr(h, sizeof req - 1, 0);
+	char buf[512];
+	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
+	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf};
+	int rc = -1;
+	if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
+	    send(s, h, sizeof h, MSG_NOSIGNAL) == sizeof h &&
+	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1) &&
+	    recvmsg(s, &mh, MSG_CMSG_CLOEXEC) > 0) {
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
+			memcpy(fds, CMSG_DATA(cm), 2 * sizeof(int));
+			rc = 0;
+		}
+	}
+	close(s);
+	return rc;
 }
 
 static int save(struct box *b, struct moat_err *e)
@@ -545,6 +731,7 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 		if (p.memory)
 			p.memory += spec->disk;
 	}
+	network_policy(spec->network, &p);
 	if (moat_policy_finalize(&p, cwd, SANDBOX_HOME, e) < 0)
 		goto fail;
 	moat_strv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
@@ -565,6 +752,8 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 	};
 	if (moat_jail_spawn(&p, &l, &j, e) < 0)
 		goto fail;
+	int gfds[2] = {-1, -1};
+	bool gated = p.gateway && moat_jail_gate_fds(j, gfds) == 0;
 	b->pid = moat_jail_detach(j, &b->cgroups);
 	b->child = true;
 	b->running = true;
@@ -572,7 +761,16 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 	lfd = -1;
 	b->pid_start = start_time(b->pid);
 	if (watch_pid(b) < 0 || connect_agent(b) < 0) {
+		if (gated) {
+			close(gfds[0]);
+			close(gfds[1]);
+		}
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
+		goto fail;
+	}
+	if (p.gateway && (!gated || attach_gate(b, gfds, e) < 0)) {
+		if (!gated)
+			moat_err_set(e, MOAT_E_SYSTEM, 0, "the sandbox has no gateway sockets");
 		goto fail;
 	}
 	if (save(b, e) < 0)
@@ -604,7 +802,7 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
 
 static bool poolable(const struct box_spec *s)
 {
-	return !s->memory && !s->pids && !s->cpu_milli && !s->disk &&
+	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 
@@ -737,6 +935,12 @@ static void restore_one(void *arg, const struct store_row *r)
 		b->running = true;
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
+		struct moat_err e = {0};
+		int fds[2];
+		if (b->running && json_object_get(spec, "network") &&
+		    (fetch_netfds(b, fds) < 0 || attach_gate(b, fds, &e) < 0))
+			fprintf(stderr, "moat serve: %s: its egress gateway could not be restored%s%s\n",
+				b->id, e.msg[0] ? ": " : "", e.msg);
 		if (pooled) {
 			/* a pool of the previous daemon may run an older agent:
 			 * start afresh (handed-out sandboxes keep theirs) */

@@ -8,6 +8,9 @@
 
 #include <moat/err.h>
 
+struct gate;
+struct gate_policy;
+
 #include <event2/event.h>
 #include <jansson.h>
 #include <stdbool.h>
@@ -24,6 +27,9 @@ struct box_config {
 	uint64_t default_memory, default_pids, default_cpu_milli;
 	uint64_t max_sandboxes;
 	uint64_t pool;               /* pre-started sandboxes to keep ready */
+	struct gate *gate;           /* the egress gateway of every sandbox */
+	const struct gate_policy *net_ceiling; /* --net-allow: what any sandbox may reach at most */
+	json_t *secrets;             /* the secret store: NAME -> value */
 };
 
 /* What a create request asked for, validated. */
@@ -33,6 +39,8 @@ struct box_spec {
 	char *image;        /* "host" or a rootfs dir */
 	uint64_t memory, pids, cpu_milli, disk;
 	int64_t timeout_s, idle_timeout_s;
+	json_t *network;    /* validated {"allow","deny","resolve","secrets":[{"env","hosts"}]}
+			     * with "placeholders": {NAME: placeholder}, or NULL */
 };
 
 int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);
@@ -51,6 +59,8 @@ void box_each(void (*fn)(struct box *b, void *arg), void *arg);
 size_t box_count(void);
 
 const char *box_id(const struct box *b);
+/* Its directory, relative to the data directory (net.log lives there). */
+const char *box_dir(const struct box *b);
 bool box_running(const struct box *b);
 json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);

@@ -6,6 +6,8 @@
 #include "box.h"
 #include "http.h"
 #include "store.h"
+#include "gate/gateway.h"
+#include "gate/policy.h"
 #include "../base/util.h"
 
 #include <moat/strv.h>
@@ -43,13 +45,19 @@ static void usage(FILE *f)
 	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
 	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
 	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N]\n"
+	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
+	      "                  [--upstream-ca FILE]\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
 	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
-	      "(default 2; 0 disables).\n", f);
+	      "(default 2; 0 disables).\n"
+	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
+	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
+	      "(NAME=VALUE lines) and --secret-env NAME fill the secret store that\n"
+	      "network.secrets names; --upstream-ca FILE for re-encrypted upstream TLS.\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -102,12 +110,21 @@ int main(int argc, char **argv)
 		{"max-sandboxes", required_argument, 0, 'n'}, {"memory", required_argument, 0, 'm'},
 		{"pids", required_argument, 0, 'p'},   {"cpus", required_argument, 0, 'c'},
 		{"pool", required_argument, 0, 'P'},
+		{"net-allow", required_argument, 0, 'N'},
+		{"secrets-file", required_argument, 0, 'S'},
+		{"secret-env", required_argument, 0, 'E'},
+		{"upstream-ca", required_argument, 0, 'U'},
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
+	struct gate_policy ceiling;
+	gate_policy_init(&ceiling);
+	bool have_ceiling = false;
+	json_t *secrets = json_object();
+	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
 	int c;
 	opterr = 0;
@@ -146,6 +163,46 @@ int main(int argc, char **argv)
 				cfg.pool = 0;
 			else if (moat_parse_uint(optarg, 1000, &cfg.pool, &e) < 0)
 				return fail("--pool: %s", e.msg, "");
+			break;
+		case 'N':
+			if (gate_policy_add_allow(&ceiling, optarg, &e) < 0)
+				return fail("--net-allow: %s", e.msg, "");
+			have_ceiling = true;
+			break;
+		case 'S': {
+			/* NAME=VALUE lines; the values stay in this process */
+			FILE *f = fopen(optarg, "re");
+			if (!f)
+				return fail("--secrets-file %s: %s", optarg, strerror(errno));
+			char line[8192];
+			unsigned no = 0;
+			while (fgets(line, sizeof line, f)) {
+				no++;
+				line[strcspn(line, "\r\n")] = '\0';
+				if (!line[0] || line[0] == '#')
+					continue;
+				char *eq = strchr(line, '=');
+				if (!eq || eq == line) {
+					fclose(f);
+					char where[64];
+					snprintf(where, sizeof where, "%u", no);
+					return fail("--secrets-file: line %s: expected NAME=VALUE", where, "");
+				}
+				*eq = '\0';
+				json_object_set_new(secrets, line, json_string(eq + 1));
+			}
+			fclose(f);
+			break;
+		}
+		case 'E': {
+			const char *val = getenv(optarg);
+			if (!val || !*val)
+				return fail("--secret-env %s: not set in the daemon's environment", optarg, "");
+			json_object_set_new(secrets, optarg, json_string(val));
+			break;
+		}
+		case 'U':
+			upstream_ca = optarg;
 			break;
 		case 'F':
 			if (moat_parse_size(optarg, &v, &e) < 0)
@@ -218,6 +275,14 @@ int main(int argc, char **argv)
 		return fail("cannot create the event loop%s", "", "");
 	cfg.data_dir = real;
 	api.base = base;
+	struct gate *gate = gate_new(base, upstream_ca, &e);
+	if (!gate)
+		return fail("egress gateway: %s", e.msg, "");
+	cfg.gate = gate;
+	cfg.net_ceiling = have_ceiling ? &ceiling : NULL;
+	cfg.secrets = secrets;
+	api.net_ceiling = cfg.net_ceiling;
+	api.secrets = secrets;
 	cfg.host_paths = host.v;
 	api.host_paths = host.v;
 	api_init(&api);
@@ -238,6 +303,9 @@ int main(int argc, char **argv)
 	event_free(sint);
 	http_stop();
 	box_shutdown();
+	gate_free(gate);
+	gate_policy_free(&ceiling);
+	json_decref(secrets);
 	store_close();
 	event_base_free(base);
 	free(token);

@@ -87,6 +87,7 @@ pyclient: $(addprefix $(BUILD)/san/,$(BINS))
 
 check: deps
 	$(MAKE) unit
+	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(MAKE) e2e
 	$(MAKE) pyclient
 

@@ -25,6 +25,9 @@ AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c
 # for `moat run`.
 GATE_SRC   := $(wildcard src/gate/*.c)
 GATE_LIBS  := -levent -levent_openssl -lssl -lcrypto
+# The gateway's pure pattern parser, so that `moat run` checks its rules
+# even when no gateway starts.
+GATE_RULES := src/gate/policy.c src/gate/addr.c
 SERVE_LIBS := -levent -lsqlite3 -larchive
 CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
@@ -36,9 +39,9 @@ all: $(addprefix $(BUILD)/,$(BINS))
 
 # One pattern for the optimised build and the sanitizer build (test suite).
 define binaries
-$(1)/moat: $(LIB_SRC) $(CLI_SRC) $(HDRS) Makefile
+$(1)/moat: $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) $$(WARN) $(2) -o $$@ $(LIB_SRC) $(CLI_SRC) $$(LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $$(LIBS)
 $(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $$(LIBS) $$(SERVE_LIBS) $$(GATE_LIBS)

@@ -5,6 +5,7 @@
 #include <moat/jail.h>
 #include <moat/policy.h>
 
+#include "gate/policy.h"
 #include "../base/cleanup.h"
 #include "../base/util.h"
 
@@ -191,6 +192,29 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 	return r;
 }
 
+/* Every network rule is checked, gateway or not: a typo in a deny rule
+ * must not pass silently. */
+static int check_net_rules(const struct moat_policy *p, struct moat_err *e)
+{
+	struct gate_policy g;
+	gate_policy_init(&g);
+	const struct moat_strv *lists[] = {&p->net_allow, &p->net_deny, &p->net_resolve};
+	const char *what[] = {"--allow-domain/network.allow", "--deny-domain/network.deny",
+			      "--resolve/network.resolve"};
+	int rc = 0;
+	for (int k = 0; k < 3 && rc == 0; k++)
+		for (size_t i = 0; i < lists[k]->n && rc == 0; i++) {
+			const char *s = lists[k]->v[i];
+			rc = k == 0 ? gate_policy_add_allow(&g, s, e)
+			   : k == 1 ? gate_policy_add_deny(&g, s, e)
+				    : gate_policy_add_pin(&g, s, e);
+			if (rc < 0)
+				moat_err_prefix(e, "%s", what[k]);
+		}
+	gate_policy_free(&g);
+	return rc;
+}
+
 /* Signals a terminal or a supervisor sends us, passed on to the command. */
 static const int forward[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
 			      SIGUSR2, SIGWINCH, SIGCONT, 0};
@@ -275,6 +299,8 @@ int moat_cmd_run(int argc, char **argv)
 	if (p.fs_base == MOAT_FS_HOST_WRITE)
 		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
 	if (moat_policy_build_env(&p, environ, home, &env, &e) < 0)
+		goto out_err;
+	if (check_net_rules(&p, &e) < 0)
 		goto out_err;
 	if (p.gateway && run_gate_start(&p, &env, net_log, upstream_ca, &gate, &e) < 0)
 		goto out_err;

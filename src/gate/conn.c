@@ -5,6 +5,7 @@
 #include "gate/addr.h"
 #include "gate/http_head.h"
 #include "gate/policy.h"
+#include "gate/relay.h"
 #include "gate/sni.h"
 #include "gate/socks5.h"
 #include "gate/tls.h"
@@ -17,6 +18,8 @@
 #include <event2/dns.h>
 #include <event2/util.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <openssl/err.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +31,7 @@
 #define RELAY_HIGH (1u << 20)
 
 enum kind { K_FORWARD, K_CONNECT, K_SOCKS };
-enum state { S_HEAD, S_RESOLVE, S_CONNECT, S_SNI, S_TLSHEAD, S_RELAY, S_DONE };
+enum state { S_HEAD, S_RESOLVE, S_CONNECT, S_TLSHEAD, S_RELAY, S_DONE };
 
 struct gate_conn {
 	struct gate_box *b;
@@ -50,6 +53,10 @@ struct gate_conn {
 	bool connected;
 	uint64_t bytes_up, bytes_down;
 	const char *refusal; /* why, when refused */
+	struct gate_relay *relay; /* the spliced phase of a plain connection */
+	bool sni_check;           /* CONNECT/SOCKS tunnels: look at the hello */
+	bool want_intercept;      /* a tunnel to a host a secret is for */
+	uint64_t body_left;       /* intercepted: request body bytes still to pass */
 };
 
 bool gate_name_equal(const char *a, const char *b)
@@ -96,6 +103,7 @@ void gate_conn_free(struct gate_conn *c)
 	gate_box_release(c->b);
 	if (c->dns)
 		evdns_getaddrinfo_cancel(c->dns); /* its callback frees nothing of ours */
+	gate_relay_free(c->relay);
 	if (c->ai) {
 		if (c->ai_ours)
 			free(c->ai);
@@ -190,6 +198,17 @@ static void relay_read(struct bufferevent *from, void *arg)
 		gate_conn_free(c);
 		return;
 	}
+	if (from == c->cli && c->intercept && c->body_left != UINT64_MAX) {
+		/* past the request's body only a pipelined request could come,
+		 * which would skip injection and checks: drop it (the server
+		 * closes after its answer; the client asks again) */
+		size_t pass = n < c->body_left ? n : (size_t)c->body_left;
+		c->body_left -= pass;
+		c->bytes_up += pass;
+		evbuffer_remove_buffer(in, bufferevent_get_output(to), pass);
+		evbuffer_drain(in, evbuffer_get_length(in));
+		return;
+	}
 	if (from == c->cli)
 		c->bytes_up += n;
 	else
@@ -219,9 +238,120 @@ static void relay_event(struct bufferevent *bev, short what, void *arg)
 	gate_conn_free(c);
 }
 
+static bool on_count(void *arg, bool up, size_t n)
+{
+	struct gate_conn *c = arg;
+	if (up)
+		c->bytes_up += n;
+	else
+		c->bytes_down += n;
+	if (gate_box_count(c->b, n))
+		return true;
+	gate_log(c->b, proto(c), c->host, c->port, c->addr, false,
+		 "the sandbox's byte limit is reached", c->bytes_up, c->bytes_down);
+	c->connected = false;
+	return false;
+}
+
+/* A tunnel's first bytes, if TLS, must name the host that was allowed
+ * (no domain fronting through an allowed name). */
+static int on_first(void *arg, const void *buf, size_t len)
+{
+	struct gate_conn *c = arg;
+	char sni[GATE_SNI_HOST_CAP];
+	enum gate_sni_status r = gate_sni_parse(buf, len, sni, NULL);
+	if (r == GATE_SNI_NEED_MORE)
+		return 0;
+	struct sockaddr_storage ss;
+	if (r == GATE_SNI_FOUND && !gate_addr_parse(c->host, &ss) && !gate_name_equal(sni, c->host)) {
+		char why[400];
+		snprintf(why, sizeof why, "TLS server name %s does not match %s", sni, c->host);
+		gate_log(c->b, proto(c), c->host, c->port, c->addr, false, why, 0, 0);
+		c->connected = false;
+		return -1;
+	}
+	return 1;
+}
+
+static void on_relay_done(void *arg, const char *why)
+{
+	struct gate_conn *c = arg;
+	c->relay = NULL; /* it freed itself and closed the sockets */
+	gate_conn_free(c);
+}
+
+/* Plain connections (not intercepted) are spliced: hand the sockets and
+ * whatever is still queued in the bufferevents to the relay. */
+static bool splice_relay(struct gate_conn *c)
+{
+	struct evbuffer *to_up = evbuffer_new(), *to_cli = evbuffer_new();
+	int a = dup(bufferevent_getfd(c->cli)), b = dup(bufferevent_getfd(c->up));
+	if (!to_up || !to_cli || a < 0 || b < 0) {
+		if (to_up)
+			evbuffer_free(to_up);
+		if (to_cli)
+			evbuffer_free(to_cli);
+		if (a >= 0)
+			close(a);
+		if (b >= 0)
+			close(b);
+		return false;
+	}
+	/* (a bufferevent's output cannot be drained from outside: it is
+	 * frozen at the start; copy it, the bufferevent goes anyway) */
+	struct evbuffer *srcs[4] = {bufferevent_get_output(c->up), bufferevent_get_input(c->cli),
+				    bufferevent_get_output(c->cli), bufferevent_get_input(c->up)};
+	for (int i = 0; i < 4; i++) {
+		size_t n = evbuffer_get_length(srcs[i]);
+		if (n && evbuffer_add(i < 2 ? to_up : to_cli, evbuffer_pullup(srcs[i], -1), n) < 0) {
+			evbuffer_free(to_up);
+			evbuffer_free(to_cli);
+			close(a);
+			close(b);
+			return false;
+		}
+	}
+	bufferevent_free(c->cli);
+	bufferevent_free(c->up);
+	c->cli = c->up = NULL;
+	size_t ul = evbuffer_get_length(to_up), cl = evbuffer_get_length(to_cli);
+	bool check = c->sni_check;
+	if (check && ul) { /* (tunnels have no queued request head: ul is early data) */
+		/* the hello came with the CONNECT request: check it here, and
+		 * refuse one that is split around it */
+		int v = on_first(c, evbuffer_pullup(to_up, -1), ul);
+		if (v <= 0) {
+			if (v == 0)
+				gate_log(c->b, proto(c), c->host, c->port, c->addr, false,
+					 "a TLS hello split across the tunnel request", 0, 0);
+			evbuffer_free(to_up);
+			evbuffer_free(to_cli);
+			close(a);
+			close(b);
+			c->connected = false;
+			gate_conn_free(c);
+			return true;
+		}
+		check = false;
+	}
+	struct gate_relay_cb cb = {.count = on_count, .first = check ? on_first : NULL,
+				   .done = on_relay_done, .arg = c};
+	c->relay = gate_relay_new(gate_base(c->b), a, b, evbuffer_pullup(to_up, -1), ul,
+				  evbuffer_pullup(to_cli, -1), cl, gate_limits(c->b)->idle_s, &cb);
+	evbuffer_free(to_up);
+	evbuffer_free(to_cli);
+	if (!c->relay) {
+		gate_conn_free(c);
+		return true;
+	}
+	return true;
+}
+
 static void start_relay(struct gate_conn *c)
 {
 	c->st = S_RELAY;
+	if (!c->intercept && splice_relay(c))
+		return;
 	bufferevent_setwatermark(c->cli, EV_READ, 0, 0);
 	const struct gate_limits *lim = gate_limits(c->b);
 	struct timeval idle = {lim->idle_s, 0};
@@ -241,7 +371,8 @@ static void start_relay(struct gate_conn *c)
 /* ---- after connecting ----------------------------------------------------- */
 
 static void on_cli_head(struct bufferevent *bev, void *arg);
-static void on_sni(struct bufferevent *bev, void *arg);
+static void on_peek(struct bufferevent *bev, void *arg);
+static void up_event(struct bufferevent *bev, short what, void *arg);
 
 static void head_event(struct bufferevent *bev, short what, void *arg)
 {
@@ -267,42 +398,99 @@ static void tunnel_ready(struct gate_conn *c)
 		static const char ok[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 		bufferevent_write(c->cli, ok, sizeof ok - 1);
 	}
-	if (c->intercept) {
-		/* TLS to us with a certificate for host from the sandbox's CA;
-		 * the decrypted request head is checked and injected */
-		struct moat_err e = {0};
-		SSL *ssl = gate_ca_server_ssl(gate_ca_of(c->b), c->host, &e);
-		struct bufferevent *tls = ssl ? bufferevent_openssl_filter_new(
-							gate_base(c->b), c->cli, ssl,
-							BUFFEREVENT_SSL_ACCEPTING,
-							BEV_OPT_CLOSE_ON_FREE)
-					      : NULL;
-		if (!tls) {
-			if (ssl)
-				SSL_free(ssl);
-			gate_log(c->b, proto(c), c->host, c->port, c->addr, false,
-				 "cannot intercept TLS", 0, 0);
-			c->connected = false;
-			gate_conn_free(c);
-			return;
-		}
-		c->cli = tls;
-		c->st = S_TLSHEAD;
-		gate_http_head_init(&c->hh);
-		bufferevent_setcb(c->cli, on_cli_head, NULL, head_event, c);
+	if (c->want_intercept) {
+		/* a secret is meant for this host: see what the client speaks */
+		bufferevent_setcb(c->cli, on_peek, NULL, head_event, c);
 		bufferevent_enable(c->cli, EV_READ | EV_WRITE);
 		return;
 	}
-	c->st = S_SNI;
-	bufferevent_setcb(c->cli, on_sni, NULL, head_event, c);
+	c->sni_check = true;
+	start_relay(c);
+}
+
+/* TLS both ways: to the sandbox with a leaf for host from its CA, to the
+ * upstream with verification; the decrypted request heads are checked,
+ * injected and forwarded one per connection. */
+static void intercept(struct gate_conn *c)
+{
+	struct moat_err e = {0};
+	struct event_base *base = gate_base(c->b);
+	/* the client side's filter drives its bufferevent, which must read */
 	bufferevent_enable(c->cli, EV_READ | EV_WRITE);
+	/* upstream: TLS on the connected socket itself */
+	SSL *cs = gate_tls_client_ssl(gate_tls_of(c->b), c->host, &e);
+	int ufd = cs ? dup(bufferevent_getfd(c->up)) : -1;
+	struct bufferevent *up = ufd >= 0 ? bufferevent_openssl_socket_new(
+						    base, ufd, cs, BUFFEREVENT_SSL_CONNECTING,
+						    BEV_OPT_CLOSE_ON_FREE)
+					  : NULL;
+	if (up) {
+		bufferevent_free(c->up); /* closes the original descriptor only */
+		c->up = NULL;
+	}
+	if (!up) {
+		if (ufd >= 0)
+			close(ufd);
+		if (cs)
+			SSL_free(cs);
+		gate_log(c->b, proto(c), c->host, c->port, c->addr, false, e.msg[0] ? e.msg : "cannot intercept TLS", 0, 0);
+		c->connected = false;
+		gate_conn_free(c);
+		return;
+	}
+	c->up = up;
+	bufferevent_setcb(c->up, NULL, NULL, up_event, c);
+	bufferevent_enable(c->up, EV_READ | EV_WRITE);
+	SSL *ss = gate_ca_server_ssl(gate_ca_of(c->b), c->host, &e);
+	struct bufferevent *tls = ss ? bufferevent_openssl_filter_new(base, c->cli, ss,
+								      BUFFEREVENT_SSL_ACCEPTING,
+								      BEV_OPT_CLOSE_ON_FREE)
+				     : NULL;
+	if (!tls) {
+		if (ss)
+			SSL_free(ss);
+		gate_log(c->b, proto(c), c->host, c->port, c->addr, false, "cannot intercept TLS", 0, 0);
+		c->connected = false;
+		gate_conn_free(c);
+		return;
+	}
+	struct bufferevent *raw = c->cli;
+	c->cli = tls;
+	c->intercept = true;
+	c->st = S_TLSHEAD;
+	gate_http_head_init(&c->hh);
+	bufferevent_setcb(c->cli, on_cli_head, NULL, head_event, c);
+	bufferevent_enable(c->cli, EV_READ | EV_WRITE);
+	/* the ClientHello is already buffered: have the filter take it */
+	if (evbuffer_get_length(bufferevent_get_input(raw)))
+		bufferevent_trigger(raw, EV_READ, BEV_TRIG_IGNORE_WATERMARKS);
+}
+
+static void on_peek(struct bufferevent *bev, void *arg)
+{
+	struct gate_conn *c = arg;
+	struct evbuffer *in = bufferevent_get_input(bev);
+	unsigned char first;
+	if (evbuffer_copyout(in, &first, 1) != 1)
+		return;
+	if (first == 0x16) { /* a TLS handshake record */
+		intercept(c);
+		return;
+	}
+	/* not TLS: nothing to inject into, relay it as it is */
+	c->sni_check = false;
+	start_relay(c);
 }
 
 static void up_event(struct bufferevent *bev, short what, void *arg)
 {
 	struct gate_conn *c = arg;
 	if (what & BEV_EVENT_CONNECTED) {
+		if (c->st != S_CONNECT)
+			return; /* the upstream TLS handshake of an interception */
 		c->connected = true;
+		int one = 1; /* small writes go out at once (no 40 ms Nagle stall) */
+		setsockopt(bufferevent_getfd(c->up), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		if (c->kind == K_FORWARD) {
 			c->bytes_up += evbuffer_get_length(c->pending);
 			bufferevent_write_buffer(c->up, c->pending);
@@ -336,18 +524,8 @@ static void connect_up(struct gate_conn *c, const struct sockaddr *sa, socklen_t
 {
 	c->st = S_CONNECT;
 	struct event_base *base = gate_base(c->b);
-	c->intercept = c->kind != K_FORWARD && gate_box_intercepts(c->b, c->host);
-	if (c->intercept) {
-		struct moat_err e = {0};
-		SSL *ssl = gate_tls_client_ssl(gate_tls_of(c->b), c->host, &e);
-		c->up = ssl ? bufferevent_openssl_socket_new(base, -1, ssl, BUFFEREVENT_SSL_CONNECTING,
-							     BEV_OPT_CLOSE_ON_FREE)
-			    : NULL;
-		if (!c->up && ssl)
-			SSL_free(ssl);
-	} else {
-		c->up = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
-	}
+	c->want_intercept = c->kind != K_FORWARD && gate_box_intercepts(c->b, c->host);
+	c->up = bufferevent_socket_new(base, -1, BEV_OPT_CLOSE_ON_FREE);
 	if (!c->up) {
 		refuse(c, 502, 1, "out of resources");
 		return;
@@ -454,6 +632,31 @@ static void decide(struct gate_conn *c)
 
 /* ---- the client's request ------------------------------------------------- */
 
+/* An intercepted request (already in origin form): the same head without
+ * connection headers plus "Connection: close", placeholders injected. */
+static int rewrite_origin(struct gate_conn *c, const struct gate_http_head *h, const char *buf,
+			  struct evbuffer *out)
+{
+	struct evbuffer *tmp = evbuffer_new();
+	if (!tmp)
+		return -1;
+	evbuffer_add_printf(tmp, "%.*s %.*s HTTP/1.1\r\n", (int)h->method.len, buf + h->method.off,
+			    (int)h->target.len, buf + h->target.off);
+	for (size_t i = 0; i < h->n_fields; i++) {
+		const char *name = buf + h->field[i].name.off, *value = buf + h->field[i].value.off;
+		size_t nl = h->field[i].name.len, vl = h->field[i].value.len;
+		if ((nl == 10 && !strncasecmp(name, "connection", 10)) ||
+		    (nl == 10 && !strncasecmp(name, "keep-alive", 10)))
+			continue;
+		evbuffer_add_printf(tmp, "%.*s: %.*s\r\n", (int)nl, name, (int)vl, value);
+	}
+	evbuffer_add_printf(tmp, "Connection: close\r\n\r\n");
+	size_t n = evbuffer_get_length(tmp);
+	int rc = gate_box_inject(c->b, c->host, (const char *)evbuffer_pullup(tmp, -1), n, out);
+	evbuffer_free(tmp);
+	return rc;
+}
+
 /* Rebuild a forwarded request: origin-form target, no proxy headers, one
  * request per connection (a second one could name another host). */
 static int rewrite_head(struct gate_conn *c, const struct gate_http_head *h, const char *buf,
@@ -465,23 +668,26 @@ static int rewrite_head(struct gate_conn *c, const struct gate_http_head *h, con
 	evbuffer_add_printf(tmp, "%.*s %.*s%.*s HTTP/1.1\r\n", (int)h->method.len,
 			    buf + h->method.off, (int)d->path_len, d->path, (int)d->query_len,
 			    d->query);
-	bool host_seen = false;
+	/* Host comes from the URI that was allowed, never from the client's
+	 * header (which could name another site behind the same address) */
+	bool v6 = strchr(c->host, ':') != NULL;
+	if (c->port == 80)
+		evbuffer_add_printf(tmp, "Host: %s%s%s\r\n", v6 ? "[" : "", c->host, v6 ? "]" : "");
+	else
+		evbuffer_add_printf(tmp, "Host: %s%s%s:%u\r\n", v6 ? "[" : "", c->host, v6 ? "]" : "",
+				    c->port);
 	for (size_t i = 0; i < h->n_fields; i++) {
 		const char *name = buf + h->field[i].name.off, *value = buf + h->field[i].value.off;
 		size_t nl = h->field[i].name.len, vl = h->field[i].value.len;
 		static const char *const drop[] = {"proxy-connection", "proxy-authorization",
-						   "connection", "keep-alive", NULL};
+						   "connection", "keep-alive", "host", NULL};
 		bool skip = false;
 		for (size_t k = 0; drop[k] && !skip; k++)
 			skip = nl == strlen(drop[k]) && !strncasecmp(name, drop[k], nl);
 		if (skip)
 			continue;
-		if (nl == 4 && !strncasecmp(name, "host", 4))
-			host_seen = true;
 		evbuffer_add_printf(tmp, "%.*s: %.*s\r\n", (int)nl, name, (int)vl, value);
 	}
-	if (!host_seen)
-		evbuffer_add_printf(tmp, "Host: %s\r\n", c->host);
 	evbuffer_add_printf(tmp, "Connection: close\r\n\r\n");
 	size_t n = evbuffer_get_length(tmp);
 	const char *flat = (const char *)evbuffer_pullup(tmp, -1);
@@ -516,13 +722,16 @@ static void on_cli_head(struct bufferevent *bev, void *arg)
 			refuse(c, 403, 2, "exfiltration attempt: a secret's placeholder sent to a host it is not for");
 			return;
 		}
-		/* inside an intercepted tunnel: inject, forward, then relay */
+		/* inside an intercepted tunnel: one request per connection (so
+		 * that every request's head is seen and injected), inject,
+		 * forward, then pass exactly its body */
 		struct evbuffer *out = bufferevent_get_output(c->up);
 		c->bytes_up += h->head_len;
-		if (gate_box_inject(c->b, c->host, buf, h->head_len, out) < 0) {
+		if (rewrite_origin(c, h, buf, out) < 0) {
 			refuse(c, 502, 1, "out of memory");
 			return;
 		}
+		c->body_left = h->chunked ? UINT64_MAX : h->has_length ? h->content_length : 0;
 		evbuffer_drain(in, h->head_len);
 		bufferevent_enable(c->up, EV_READ);
 		start_relay(c);
@@ -617,33 +826,6 @@ static void on_socks(struct bufferevent *bev, void *arg)
 	decide(c);
 }
 
-/* CONNECT without interception: the first bytes, if TLS, must name the
- * host that was allowed (no domain fronting through an allowed name). */
-static void on_sni(struct bufferevent *bev, void *arg)
-{
-	struct gate_conn *c = arg;
-	struct evbuffer *in = bufferevent_get_input(bev);
-	size_t len = evbuffer_get_length(in);
-	size_t take = len < GATE_SNI_INPUT_MAX ? len : GATE_SNI_INPUT_MAX;
-	const uint8_t *buf = evbuffer_pullup(in, (ev_ssize_t)take);
-	char sni[GATE_SNI_HOST_CAP];
-	enum gate_sni_status r = gate_sni_parse(buf, take, sni, NULL);
-	if (r == GATE_SNI_NEED_MORE && len < GATE_SNI_INPUT_MAX)
-		return;
-	struct sockaddr_storage ss;
-	bool literal = gate_addr_parse(c->host, &ss);
-	if (r == GATE_SNI_FOUND && !literal && !gate_name_equal(sni, c->host)) {
-		char why[400];
-		snprintf(why, sizeof why, "TLS server name %s does not match %s", sni, c->host);
-		gate_log(c->b, proto(c), c->host, c->port, c->addr, false, why, 0, 0);
-		c->connected = false;
-		gate_conn_free(c);
-		return;
-	}
-	bufferevent_enable(c->up, EV_READ);
-	start_relay(c);
-}
-
 int gate_conn_start(struct gate_box *b, int fd, bool socks)
 {
 	struct gate_conn *c = calloc(1, sizeof *c);
@@ -653,6 +835,8 @@ int gate_conn_start(struct gate_box *b, int fd, bool socks)
 	c->socks = socks;
 	c->kind = socks ? K_SOCKS : K_FORWARD;
 	evutil_make_socket_nonblocking(fd);
+	int one = 1;
+	setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 	c->cli = bufferevent_socket_new(gate_base(b), fd, BEV_OPT_CLOSE_ON_FREE);
 	if (!c->cli) {
 		free(c);

@@ -374,6 +374,8 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 	memset(&tmp.deny_write, 0, sizeof tmp.deny_write);
 	memset(&tmp.net_allow, 0, sizeof tmp.net_allow);
 	memset(&tmp.net_deny, 0, sizeof tmp.net_deny);
+	memset(&tmp.net_resolve, 0, sizeof tmp.net_resolve);
+	memset(&tmp.net_secrets, 0, sizeof tmp.net_secrets);
 	memset(&tmp.env, 0, sizeof tmp.env);
 	memset(&tmp.warnings, 0, sizeof tmp.warnings);
 	memset(&tmp.hidden, 0, sizeof tmp.hidden);
@@ -392,6 +394,8 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 		merge_list(&p->deny_write, &tmp.deny_write);
 		merge_list(&p->net_allow, &tmp.net_allow);
 		merge_list(&p->net_deny, &tmp.net_deny);
+		merge_list(&p->net_resolve, &tmp.net_resolve);
+		merge_list(&p->net_secrets, &tmp.net_secrets);
 		for (size_t i = 0; i < tmp.env.n; i++)
 			moat_strv_add(&p->env, tmp.env.v[i]);
 		merge_list(&p->warnings, &tmp.warnings);
@@ -413,6 +417,8 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 	moat_strv_free(&tmp.deny_write);
 	moat_strv_free(&tmp.net_allow);
 	moat_strv_free(&tmp.net_deny);
+	moat_strv_free(&tmp.net_resolve);
+	moat_strv_free(&tmp.net_secrets);
 	moat_strv_free(&tmp.env);
 	moat_strv_free(&tmp.warnings);
 	moat_strv_free(&tmp.origins);

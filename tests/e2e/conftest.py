@@ -523,3 +523,8 @@ def reap_marker():
 
 def pytest_report_header(config):
     return [f"moat: {MOAT}", f"euid: {os.geteuid()}  HOME: {real_home()}"]
+
+
+def pytest_configure(config):
+    config.addinivalue_line(
+        "markers", "slow: long-running test (deselect with -m 'not slow')")

@@ -45,7 +45,7 @@ cp "$here"/conftest.py "$here"/test_*.py "$tmp/tests/"
 cp "$here/../../docs/API.md" "$here/../../src/serve/api.c" "$tmp/tests/"
 cp "$bin" "$tmp/bin/moat"
 # moat serve and the API client are sibling binaries
-for b in moat-serve moat-client moat-agent; do
+for b in moat-serve moat-client moat-agent moat-gate; do
 	[ -f "$(dirname "$bin")/$b" ] && cp "$(dirname "$bin")/$b" "$tmp/bin/$b" && chmod 755 "$tmp/bin/$b"
 done
 chmod 755 "$tmp/tests" "$tmp/bin" "$tmp/bin/moat"

@@ -514,6 +514,13 @@ static void up_event(struct bufferevent *bev, short what, void *arg)
 							    : strerror(EVUTIL_SOCKET_ERROR()));
 		if (c->st == S_CONNECT) {
 			refuse(c, 502, 5, why);
+		} else if (ssl_err) {
+			/* an intercepted upstream that failed verification: the
+			 * sandbox's TLS to us is cut, and the log says why */
+			gate_log(c->b, proto(c), c->host, c->port, c->addr, false, why, c->bytes_up,
+				 c->bytes_down);
+			c->connected = false;
+			gate_conn_free(c);
 		} else {
 			relay_event(bev, what, c);
 		}

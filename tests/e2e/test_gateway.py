@@ -897,7 +897,9 @@ def test_secret_https_every_request_on_a_kept_alive_connection(gw, servers):
     assert r.returncode == 0, r.stderr
     heads = [h.decode() for h in s.snapshot_heads()]
     assert [h.split(" ")[1] for h in heads] == ["/one", "/two"], heads
-    assert s.settled_accepts(1) == 1  # one connection: the second request was kept alive
+    # each intercepted request gets "Connection: close" upstream, so that
+    # every request head is seen: one connection each, or one kept alive
+    assert s.settled_accepts(1) in (1, 2)
     for h in heads:
         assert f"\r\nX-Key: {real}\r\n" in h, h
 

@@ -1148,6 +1148,7 @@ void api_route(struct evhttp_request *req)
 	const char *path = u ? evhttp_uri_get_path(u) : NULL;
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	metrics_request();
+	box_activity();
 	if (!path) {
 		http_error(req, 400, "invalid_request", "bad request URI");
 		return;

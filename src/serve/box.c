@@ -808,10 +808,19 @@ static bool poolable(const struct box_spec *s)
 
 static void schedule_refill(void)
 {
-	/* not at once: the client's first exec usually follows its create */
-	struct timeval tv = {0, 30 * 1000};
+	/* not at once: the client's first exec usually follows its create,
+	 * and building a sandbox holds the loop for milliseconds */
+	struct timeval tv = {0, 50 * 1000};
 	if (refill && npool < cfg.pool)
 		event_add(refill, &tv);
+}
+
+void box_activity(void)
+{
+	/* requests are coming: refill when they pause (a burst is served
+	 * from the pool, then by direct creates, never stalled by a refill) */
+	if (refill && event_pending(refill, EV_TIMEOUT, NULL))
+		schedule_refill();
 }
 
 struct box *box_create(struct box_spec *spec, struct moat_err *e)

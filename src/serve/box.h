@@ -66,6 +66,8 @@ json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);
 /* The environment of an exec: the sandbox's, then extra (object) on top. */
 json_t *box_env(const struct box *b, json_t *extra);
+/* Some API request arrived: a pending pool refill waits for a pause. */
+void box_activity(void);
 /* API activity: postpones idle reaping. */
 void box_touch(struct box *b);
 

@@ -43,9 +43,14 @@ void fs_init(void)
 	}
 }
 
+/* Masks and placeholders are the engine's empty, mode-000 file and
+ * directory; the sandbox's /tmp and home live on the same filesystem, so
+ * the device alone does not tell. */
 static bool is_mask(const struct stat *st)
 {
-	return have_mask_dev && st->st_dev == mask_dev;
+	if (!have_mask_dev || st->st_dev != mask_dev || (st->st_mode & 07777) != 0)
+		return false;
+	return S_ISDIR(st->st_mode) ? st->st_nlink <= 2 : S_ISREG(st->st_mode) && st->st_size == 0;
 }
 
 static void normalize(char *p)

@@ -210,9 +210,22 @@ static void on_client_gone(struct evhttp_connection *c, void *arg)
 /* evhttp does not read a connection whose request is being answered, so
  * it would not see the client leave: watch for the peer's close ourselves
  * (EV_CLOSED) and free the connection, which runs on_client_gone. */
+static void pend_done(struct pend *p);
+
 static void on_hangup(evutil_socket_t fd, short what, void *arg)
 {
 	struct pend *p = arg;
+	if (p->streaming) {
+		/* a started chunked reply: end it (the write fails and evhttp
+		 * frees the request and the connection itself) */
+		struct evhttp_request *req = p->req;
+		if (p->b)
+			box_abort(p->b, p);
+		pend_done(p);
+		pend_free(p);
+		evhttp_send_reply_end(req);
+		return;
+	}
 	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
 	if (c)
 		evhttp_connection_free(c);
@@ -1163,6 +1176,11 @@ void api_route(struct evhttp_request *req)
 	int n = 0;
 	for (char *s = strtok(buf, "/"); s && n < 8; s = strtok(NULL, "/"))
 		seg[n++] = s;
+	if (n == 1 && (!strcmp(seg[0], "healthz") || !strcmp(seg[0], "metrics")) &&
+	    m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
+		not_allowed(req);
+		return;
+	}
 	if (n == 1 && !strcmp(seg[0], "healthz")) {
 		http_json(req, 200, json_pack("{s:b,s:I}", "ok", 1, "sandboxes",
 					      (json_int_t)box_count()));

@@ -264,6 +264,71 @@ static int cmp_seen(const void *x, const void *y)
 	return (a->len > b->len) - (a->len < b->len);
 }
 
+/* The type of the archive's entry at exactly path, or 0. */
+static char seen_type(const struct reader *rd, const char *path, size_t len)
+{
+	struct seen k = {.p = path, .len = len};
+	size_t lo = 0, hi = rd->nseen;
+	while (lo < hi) {
+		size_t mid = lo + (hi - lo) / 2;
+		int c = cmp_seen(&rd->seen[mid], &k);
+		if (c == 0)
+			return rd->seen[mid].type;
+		if (c < 0)
+			lo = mid + 1;
+		else
+			hi = mid;
+	}
+	return 0;
+}
+
+/* A link's ".." applied to another link of the archive climbs from where
+ * that link points, not from where it lies ("d/u -> .." plus
+ * "t -> d/u/.." leaves the tree although each is fine alone): refuse a
+ * ".." that would go up from a symlink. */
+static int check_link_chains(const struct reader *rd, struct moat_err *e)
+{
+	char stack[MOAT_ENTRY_PATH_MAX + 2];
+	for (size_t i = 0; i < rd->nseen; i++) {
+		const struct seen *s = &rd->seen[i];
+		if (s->type != 'l')
+			continue;
+		/* the record: 28-byte header (size at 20), path, target */
+		const unsigned char *h = (const unsigned char *)rd->out->p + s->off - 28;
+		uint64_t tl = 0;
+		for (int b = 7; b >= 0; b--)
+			tl = (tl << 8) | h[20 + b];
+		const char *t = rd->out->p + s->off + s->len;
+		size_t sl = s->len;
+		while (sl && s->p[sl - 1] != '/')
+			sl--;
+		if (sl)
+			sl--; /* the link's directory */
+		memcpy(stack, s->p, sl);
+		for (size_t pos = 0; pos < tl;) {
+			size_t c = 0;
+			while (pos + c < tl && t[pos + c] != '/')
+				c++;
+			if (c == 2 && t[pos] == '.' && t[pos + 1] == '.') {
+				if (sl && seen_type(rd, stack, sl) == 'l')
+					return arc_fail(e, EINVAL, s->p, s->len,
+							"symlink climbs out of another symlink");
+				while (sl && stack[sl - 1] != '/')
+					sl--;
+				if (sl)
+					sl--;
+			} else if (c && !(c == 1 && t[pos] == '.') && sl + c + 1 < sizeof stack) {
+				if (sl)
+					stack[sl++] = '/';
+				memcpy(stack + sl, t + pos, c);
+				sl += c;
+			}
+			pos += c + 1;
+		}
+	}
+	return 0;
+}
+
 /* Whole-tree rules, order-independent: no path twice, nothing below a file
  * or a symlink (writing "link/x" would go through the link). */
 static int check_tree(struct reader *rd, struct moat_err *e)
@@ -301,7 +366,7 @@ static int check_tree(struct reader *rd, struct moat_err *e)
 					(int)(s->len < MOAT_SHOWN ? s->len : MOAT_SHOWN),
 					s->p);
 	}
-	return 0;
+	return check_link_chains(rd, e);
 }
 
 /* Only tar formats, and only the decompressors built into libarchive: a

@@ -422,12 +422,21 @@ static int watch_pid(struct box *b)
 
 /* ---- files -------------------------------------------------------------- */
 
+static void remove_dir(const char *dir);
+
 static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
 {
-	if (flag == FTW_DP)
+	if (flag == FTW_DNR) {
+		/* a mode-000 placeholder directory (protected name): a rootless
+		 * daemon must give itself access first (it owns it) */
+		if (chmod(path, 0700) == 0)
+			remove_dir(path);
 		rmdir(path);
-	else
+	} else if (flag == FTW_DP) {
+		rmdir(path);
+	} else {
 		unlink(path);
+	}
 	return 0;
 }
 

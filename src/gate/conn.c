@@ -284,6 +284,13 @@ static void on_relay_done(void *arg, const char *why)
  * whatever is still queued in the bufferevents to the relay. */
 static bool splice_relay(struct gate_conn *c)
 {
+	/* The bufferevents may outlive this callback a moment (libevent
+	 * holds them while it runs): they must not read or write the sockets
+	 * meanwhile, or bytes would be lost or sent twice. */
+	bufferevent_disable(c->cli, EV_READ | EV_WRITE);
+	bufferevent_disable(c->up, EV_READ | EV_WRITE);
+	bufferevent_setcb(c->cli, NULL, NULL, NULL, NULL);
+	bufferevent_setcb(c->up, NULL, NULL, NULL, NULL);
 	struct evbuffer *to_up = evbuffer_new(), *to_cli = evbuffer_new();
 	int a = dup(bufferevent_getfd(c->cli)), b = dup(bufferevent_getfd(c->up));
 	if (!to_up || !to_cli || a < 0 || b < 0) {

@@ -440,8 +440,18 @@ static int rm_one(const char *path, const struct stat *st, int flag, struct FTW 
 	return 0;
 }
 
+static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	/* a directory the sandbox made read-only: its owner (us, or root)
+	 * may give itself write access back; the sandbox is gone by now */
+	if (flag == FTW_D || flag == FTW_DNR)
+		chmod(path, 0700);
+	return 0;
+}
+
 static void remove_dir(const char *dir)
 {
+	nftw(dir, open_up, 32, FTW_PHYS | FTW_MOUNT);
 	/* depth first, no symlink followed, no mount crossed */
 	nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

@@ -2,6 +2,7 @@
 # `make run`: a short tour of moat run, showing allowed and refused operations.
 MOAT=${1:-build/moat}
 MOAT=$(cd "$(dirname "$MOAT")" && pwd)/$(basename "$MOAT")
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
 ws=$(mktemp -d /tmp/moat-demo.XXXXXX)
 secret=$(mktemp /tmp/moat-demo-secret.XXXXXX)
 echo "top secret" > "$secret"
@@ -27,7 +28,7 @@ ls -la "$ws"
 serve=$(dirname "$MOAT")/moat-serve
 if [ -x "$serve" ]; then
 	port=${MOAT_PORT:-7070}
-	data=$(cd "$(dirname "$0")/.." && pwd)/var/moat
+	data=$ROOT/var/moat
 	printf '\n\033[1m$ moat serve --listen 127.0.0.1:%s --data %s\033[0m\n' "$port" "$data"
 	"$MOAT" serve --listen "127.0.0.1:$port" --data "$data" &
 	daemon=$!

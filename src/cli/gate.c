@@ -5,6 +5,7 @@
 #define _GNU_SOURCE
 #include "cli.h"
 
+#include "gate/policy.h"
 #include "../base/util.h"
 
 #include <errno.h>
@@ -30,11 +31,6 @@ struct run_gate {
 	char cadir[64];
 };
 
-static const char *const proxy_vars[] = {"HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY",
-					 "NO_PROXY", "http_proxy", "https_proxy",
-					 "all_proxy", "no_proxy", NULL};
-static const char *const ca_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-				      "GIT_SSL_CAINFO", "NODE_EXTRA_CA_CERTS", NULL};
 
 /* Set NAME=VALUE in env, replacing an earlier NAME. */
 static void env_set(struct moat_strv *env, const char *name, const char *value)
@@ -224,15 +220,8 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 		return -1;
 	}
 	/* the proxies, for every tool that reads the usual variables */
-	env_set(env, "HTTP_PROXY", "http://127.0.0.1:3128");
-	env_set(env, "HTTPS_PROXY", "http://127.0.0.1:3128");
-	env_set(env, "ALL_PROXY", "socks5h://127.0.0.1:1080");
-	env_set(env, "NO_PROXY", "localhost,127.0.0.1,::1");
-	env_set(env, "http_proxy", "http://127.0.0.1:3128");
-	env_set(env, "https_proxy", "http://127.0.0.1:3128");
-	env_set(env, "all_proxy", "socks5h://127.0.0.1:1080");
-	env_set(env, "no_proxy", "localhost,127.0.0.1,::1");
-	(void)proxy_vars;
+	for (size_t i = 0; gate_proxy_env[i][0]; i++)
+		env_set(env, gate_proxy_env[i][0], gate_proxy_env[i][1]);
 	const char *ca = json_string_value(json_object_get(r, "ca"));
 	if (ca) {
 		/* the sandbox's CA, alone and with the system's, in a directory
@@ -258,9 +247,9 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 			return -1;
 		}
 		moat_strv_add(&p->allow_read, g->cadir);
-		for (size_t i = 0; ca_vars[i]; i++)
-			env_set(env, ca_vars[i],
-				!strcmp(ca_vars[i], "NODE_EXTRA_CA_CERTS") ? capath : bundle);
+		for (size_t i = 0; gate_bundle_env[i]; i++)
+			env_set(env, gate_bundle_env[i], bundle);
+		env_set(env, "NODE_EXTRA_CA_CERTS", capath);
 	}
 	json_decref(r);
 	*out = g;

@@ -281,6 +281,16 @@ int gate_rule_parse(const char *pattern, struct gate_rule *out,
 
 /* ---- the policy -------------------------------------------------------- */
 
+const char *const gate_proxy_env[][2] = {
+	{"HTTP_PROXY", "http://127.0.0.1:3128"},  {"HTTPS_PROXY", "http://127.0.0.1:3128"},
+	{"ALL_PROXY", "socks5h://127.0.0.1:1080"}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
+	{"http_proxy", "http://127.0.0.1:3128"},  {"https_proxy", "http://127.0.0.1:3128"},
+	{"all_proxy", "socks5h://127.0.0.1:1080"}, {"no_proxy", "localhost,127.0.0.1,::1"},
+	{NULL, NULL}};
+
+const char *const gate_bundle_env[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
+				       "GIT_SSL_CAINFO", NULL};
+
 void gate_policy_init(struct gate_policy *p)
 {
 	memset(p, 0, sizeof *p);

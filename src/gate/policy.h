@@ -71,6 +71,13 @@ enum gate_verdict {
 	GATE_ALLOW = 1,
 };
 
+/* The environment of a sandbox behind the gateway, one table for moat run
+ * and moat serve: the proxy variables (NAME, VALUE; NULL-terminated), and
+ * the variables naming the CA bundle (the system's CAs plus the sandbox's)
+ * when secrets are intercepted; NODE_EXTRA_CA_CERTS names the CA alone. */
+extern const char *const gate_proxy_env[][2];
+extern const char *const gate_bundle_env[];
+
 /* Parse one pattern (see above). The error names the pattern. */
 int gate_rule_parse(const char *pattern, struct gate_rule *out,
 		    struct moat_err *e);

@@ -676,19 +676,12 @@ static bool parse_network(struct evhttp_request *req, json_t *n, json_t *env, js
 		json_object_set_new(ph, name, json_string(p));
 		json_object_set_new(env, name, json_string(p));
 	}
-	static const char *const proxies[][2] = {
-		{"HTTP_PROXY", "http://127.0.0.1:3128"},  {"HTTPS_PROXY", "http://127.0.0.1:3128"},
-		{"ALL_PROXY", "socks5h://127.0.0.1:1080"}, {"NO_PROXY", "localhost,127.0.0.1,::1"},
-		{"http_proxy", "http://127.0.0.1:3128"},  {"https_proxy", "http://127.0.0.1:3128"},
-		{"all_proxy", "socks5h://127.0.0.1:1080"}, {"no_proxy", "localhost,127.0.0.1,::1"}};
-	for (size_t k = 0; k < sizeof proxies / sizeof proxies[0]; k++)
-		json_object_set_new(env, proxies[k][0], json_string(proxies[k][1]));
+	for (size_t k = 0; gate_proxy_env[k][0]; k++)
+		json_object_set_new(env, gate_proxy_env[k][0], json_string(gate_proxy_env[k][1]));
 	if (json_object_size(ph)) {
 		/* written into the sandbox by the daemon once it runs */
-		const char *ca_vars[] = {"SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "CURL_CA_BUNDLE",
-					 "GIT_SSL_CAINFO"};
-		for (size_t k = 0; k < 4; k++)
-			json_object_set_new(env, ca_vars[k], json_string("/tmp/.moat/bundle.pem"));
+		for (size_t k = 0; gate_bundle_env[k]; k++)
+			json_object_set_new(env, gate_bundle_env[k], json_string("/tmp/.moat/bundle.pem"));
 		json_object_set_new(env, "NODE_EXTRA_CA_CERTS", json_string("/tmp/.moat/ca.pem"));
 	}
 	*out = json_deep_copy(n);

@@ -100,9 +100,20 @@ static void warn_cb(void *arg, const char *msg)
 static char *find_home(void)
 {
 	const char *h = getenv("HOME");
+	char from_passwd[PATH_MAX] = "";
 	if (!h || h[0] != '/') {
-		struct passwd *pw = getpwuid(getuid());
-		h = pw && pw->pw_dir && pw->pw_dir[0] == '/' ? pw->pw_dir : "/tmp";
+		/* /etc/passwd read directly (fgetpwent): moat is linked
+		 * statically, and NSS modules cannot be loaded into it. */
+		FILE *f = fopen("/etc/passwd", "re");
+		struct passwd *pw;
+		while (f && (pw = fgetpwent(f)))
+			if (pw->pw_uid == getuid() && pw->pw_dir && pw->pw_dir[0] == '/') {
+				snprintf(from_passwd, sizeof from_passwd, "%s", pw->pw_dir);
+				break;
+			}
+		if (f)
+			fclose(f);
+		h = from_passwd[0] ? from_passwd : "/tmp";
 	}
 	char *real = realpath(h, NULL);
 	return real ? real : strdup(h);

@@ -147,17 +147,33 @@ static int pin_path(int rootfd, const char *root, const char *rel,
 	return 0;
 }
 
-/* Create the placeholder of one target at its first missing component. */
+/* Create the placeholder of one target at its first missing component.
+ * Placeholders are hard links of one empty mode-000 file where the
+ * filesystem allows: a fresh inode per name per run is what start-up
+ * costs on ext4, whose allocator skips every recently deleted inode (a
+ * busy agent leaves thousands). Only the mandatory names share one: a
+ * sandbox whose workspace holds this one masks them all when it finds
+ * them, but not a deny-write name of ours, which could otherwise write
+ * them all through it. Directories (.git, .vscode) cannot be linked. */
 struct placer {
 	int rootfd;
+	bool link;    /* share one inode */
+	int firstdir; /* where the first file placeholder is, or -1 */
+	char first[NAME_MAX + 1];
 };
 
 static void place_file(struct placer *pl, int dirfd, const char *name)
 {
-	(void)pl;
+	if (pl->link && pl->firstdir >= 0 && linkat(pl->firstdir, pl->first, dirfd, name, 0) == 0)
+		return;
 	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-	if (f >= 0)
-		close(f);
+	if (f < 0)
+		return;
+	close(f);
+	if (pl->link && pl->firstdir < 0 && strlen(name) < sizeof pl->first) {
+		pl->firstdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+		memcpy(pl->first, name, strlen(name) + 1);
+	}
 }
 
 static void place_one(struct placer *pl, const char *rel)
@@ -174,12 +190,10 @@ static void place_one(struct placer *pl, const char *rel)
 			break; /* a placeholder already (root would go inside), or a file */
 		int fd = openat(cur, comp[i], O_PATH | O_NOFOLLOW | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0 && errno == ENOENT) {
-			if (i + 1 < n || leaf_dir) {
-				if (mkdirat(cur, comp[i], 0) < 0)
-					break;
-			} else {
+			if (i + 1 < n || leaf_dir)
+				mkdirat(cur, comp[i], 0);
+			else
 				place_file(pl, cur, comp[i]);
-			}
 			break;
 		}
 		close(cur);
@@ -205,11 +219,14 @@ void jail_protect_parent(const char *root, const char *const *names,
 	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	struct placer pl = {.rootfd = fd};
+	struct placer pl = {.rootfd = fd, .link = true, .firstdir = -1};
 	for (size_t i = 0; names && names[i]; i++)
 		place_one(&pl, names[i]);
+	pl.link = false;
 	for (size_t i = 0; extra && i < extra->n; i++)
 		place_one(&pl, extra->v[i]);
+	if (pl.firstdir >= 0)
+		close(pl.firstdir);
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
 		struct stat st;
 		if (fstatat(fd, moat_mandatory_deny_existing[i], &st, AT_SYMLINK_NOFOLLOW) < 0 &&

@@ -106,8 +106,9 @@ check: deps
 e2e-release: $(addprefix $(BUILD)/,$(BINS))
 	sh tests/e2e/run.sh $(BUILD)/moat
 
-bench: deps $(BUILD)/moat
+bench: deps all
 	sh bench/startup.sh $(BUILD)/moat
+	/usr/bin/python3 bench/serve.py
 
 clean:
 	rm -rf $(BUILD)

@@ -51,6 +51,8 @@ struct mop {
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
 	struct moat_strv secrets; /* MOP_PROTECT: missing secrets paths (relative):
 				   * parents created for real, the leaf protected */
+	dev_t ph_dev;             /* MOP_PROTECT: the inode the host's file */
+	ino_t ph_ino;             /* placeholders share (ph_ino 0: none) */
 };
 
 /* ---- the per-spawn context ------------------------------------------- */
@@ -136,12 +138,10 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 /* Host side, right after clone (in parallel with the child's first mounts):
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */
-void jail_protect_parent(const char *root, const char *const *names,
-			 const struct moat_strv *extra, struct moat_strv *watch);
+void jail_protect_parent(struct mop *op);
 /* Host side, after the run: remove placeholders this or earlier runs left,
  * unless another sandbox still uses the root. */
-void jail_protect_cleanup(const char *root, const char *const *names,
-			  const struct moat_strv *extra, const struct moat_strv *secrets);
+void jail_protect_cleanup(const struct mop *op);
 /* Host side, after the run: remove what the sandbox created at watched
  * names (moat_mandatory_deny_existing); warn(arg, msg) for each. */
 void jail_protect_sweep(const char *root, const struct moat_strv *watch,

@@ -152,14 +152,18 @@ static int pin_path(int rootfd, const char *root, const char *rel,
  * filesystem allows: a fresh inode per name per run is what start-up
  * costs on ext4, whose allocator skips every recently deleted inode (a
  * busy agent leaves thousands). Only the mandatory names share one: a
- * sandbox whose workspace holds this one masks them all when it finds
- * them, but not a deny-write name of ours, which could otherwise write
- * them all through it. Directories (.git, .vscode) cannot be linked. */
+ * sandbox whose workspace holds ours masks them all when it finds them,
+ * but not a deny-write name of ours, which could otherwise write them all
+ * through it. Should such a sandbox start while we are still linking
+ * (masking some names, not others) and write the inode through one it did
+ * not mask, cleanup still knows the inode: every name of ours on it goes.
+ * Directories (.git, .vscode) cannot be linked. */
 struct placer {
 	int rootfd;
 	bool link;    /* share one inode */
 	int firstdir; /* where the first file placeholder is, or -1 */
 	char first[NAME_MAX + 1];
+	struct stat st; /* its identity */
 };
 
 static void place_file(struct placer *pl, int dirfd, const char *name)
@@ -169,11 +173,12 @@ static void place_file(struct placer *pl, int dirfd, const char *name)
 	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (f < 0)
 		return;
-	close(f);
-	if (pl->link && pl->firstdir < 0 && strlen(name) < sizeof pl->first) {
+	if (pl->link && pl->firstdir < 0 && strlen(name) < sizeof pl->first &&
+	    fstat(f, &pl->st) == 0) {
 		pl->firstdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
 		memcpy(pl->first, name, strlen(name) + 1);
 	}
+	close(f);
 }
 
 static void place_one(struct placer *pl, const char *rel)
@@ -203,30 +208,24 @@ static void place_one(struct placer *pl, const char *rel)
 		close(cur);
 }
 
-/* Apply fn to every top-of-root target: the protected names and extras. */
-static void each_target(int rootfd, const char *const *names,
-			const struct moat_strv *extra, void (*fn)(int, const char *))
+void jail_protect_parent(struct mop *op)
 {
-	for (size_t i = 0; names && names[i]; i++)
-		fn(rootfd, names[i]);
-	for (size_t i = 0; extra && i < extra->n; i++)
-		fn(rootfd, extra->v[i]);
-}
-
-void jail_protect_parent(const char *root, const char *const *names,
-			 const struct moat_strv *extra, struct moat_strv *watch)
-{
-	_cleanup_close_ int fd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	const char *const *names = op->names;
+	_cleanup_close_ int fd = open(op->host, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	struct placer pl = {.rootfd = fd, .link = true, .firstdir = -1};
 	for (size_t i = 0; names && names[i]; i++)
 		place_one(&pl, names[i]);
 	pl.link = false;
-	for (size_t i = 0; extra && i < extra->n; i++)
-		place_one(&pl, extra->v[i]);
-	if (pl.firstdir >= 0)
+	for (size_t i = 0; i < op->extra.n; i++)
+		place_one(&pl, op->extra.v[i]);
+	if (pl.firstdir >= 0) {
 		close(pl.firstdir);
+		op->ph_dev = pl.st.st_dev;
+		op->ph_ino = pl.st.st_ino;
+	}
+	struct moat_strv *watch = &op->watch;
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
 		struct stat st;
 		if (fstatat(fd, moat_mandatory_deny_existing[i], &st, AT_SYMLINK_NOFOLLOW) < 0 &&
@@ -479,7 +478,7 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 	return r;
 }
 
-static void cleanup_one(int rootfd, const char *rel)
+static void cleanup_one(int rootfd, const char *rel, const struct mop *op)
 {
 	char buf[PATH_MAX], *comp[64];
 	bool leaf_dir;
@@ -489,7 +488,9 @@ static void cleanup_one(int rootfd, const char *rel)
 		struct stat st;
 		if (fstatat(cur, comp[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
 			break;
-		if (is_placeholder(&st)) {
+		bool ours = op && op->ph_ino && S_ISREG(st.st_mode) && st.st_dev == op->ph_dev &&
+			    st.st_ino == op->ph_ino;
+		if (ours || is_placeholder(&st)) {
 			/* rmdir fails on a non-empty directory: not ours */
 			unlinkat(cur, comp[i], S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
 			break;
@@ -504,16 +505,19 @@ static void cleanup_one(int rootfd, const char *rel)
 		close(cur);
 }
 
-void jail_protect_cleanup(const char *root, const char *const *names,
-			  const struct moat_strv *extra, const struct moat_strv *secrets)
+void jail_protect_cleanup(const struct mop *op)
 {
-	_cleanup_close_ int fd = open(root, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	_cleanup_close_ int fd = open(op->host, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
 	/* Another sandbox still running on this root holds a shared lock
 	 * and still needs the placeholders as mount points. */
 	if (flock(fd, LOCK_EX | LOCK_NB) == 0) {
-		each_target(fd, names, extra, cleanup_one);
-		each_target(fd, NULL, secrets, cleanup_one);
+		for (size_t i = 0; op->names && op->names[i]; i++)
+			cleanup_one(fd, op->names[i], op);
+		for (size_t i = 0; i < op->extra.n; i++)
+			cleanup_one(fd, op->extra.v[i], NULL);
+		for (size_t i = 0; i < op->secrets.n; i++)
+			cleanup_one(fd, op->secrets.v[i], NULL);
 	}
 }

@@ -335,8 +335,7 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	 * will protect (file system work the two of us need not do in turn). */
 	for (size_t i = 0; i < c->nops; i++)
 		if (c->ops[i].kind == MOP_PROTECT && c->ops[i].host)
-			jail_protect_parent(c->ops[i].host, c->ops[i].names, &c->ops[i].extra,
-					    &c->ops[i].watch);
+			jail_protect_parent(&c->ops[i]);
 	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
 	syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAKE, 1, NULL, NULL, 0);
 	/* sync_wr stays open: its closing tells the child we died. */
@@ -433,7 +432,7 @@ static void release_roots(struct moat_jail *j)
 		const struct mop *op = &j->c.ops[i];
 		if (op->kind != MOP_PROTECT || !op->host)
 			continue;
-		jail_protect_cleanup(op->host, op->names, &op->extra, &op->secrets);
+		jail_protect_cleanup(op);
 		jail_protect_sweep(op->host, &op->watch, j->warn, j->warn_arg);
 	}
 }

@@ -1582,6 +1582,25 @@ def test_overlapping_runs_do_not_share_writable_placeholders(run, base):
             assert "EVIL" not in p.read_text(errors="replace"), n
 
 
+def test_placeholder_written_during_the_run_is_still_removed(run, ws):
+    """The mandatory names' file placeholders share one inode. Someone who
+    writes it through one name while the sandbox runs (the host user here;
+    a racing outer sandbox in the case it stands for) must not leave that
+    content behind under any of the names: cleanup knows the inode."""
+    p = run.popen(["--", SH, "-c", "sleep 2"])
+    try:
+        assert wait_until(lambda: (ws / ".zshrc").exists(), timeout=5)
+        os.chmod(ws / ".zshrc", 0o644)
+        (ws / ".zshrc").write_text("EVIL\n")
+    finally:
+        p.communicate(timeout=20)
+    assert p.returncode == 0
+    left = sorted(os.listdir(ws))
+    assert left == [], left
+    for n in (".bashrc", ".zshrc", ".profile", ".mcp.json", ".gitconfig"):
+        assert not (ws / n).exists(), n
+
+
 def test_nested_repo_commondir_removed(run, ws):
     (ws / "sub").mkdir()
     assert _git(ws / "sub", "init", "-q").returncode == 0

@@ -5,6 +5,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <ftw.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -311,4 +312,51 @@ int moat_read_file(const char *path, char *buf, size_t cap, struct moat_err *e)
 	}
 	buf[off] = '\0';
 	return 0;
+}
+
+int moat_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			return -1;
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_D || flag == FTW_DNR)
+		chmod(path, 0700);
+	return 0;
+}
+
+static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
+{
+	(void)st;
+	(void)ftw;
+	if (flag == FTW_DNR) {
+		/* still unreadable (a placeholder made after the first pass) */
+		if (chmod(path, 0700) == 0)
+			moat_rm_tree(path);
+		rmdir(path);
+	} else if (flag == FTW_DP) {
+		rmdir(path);
+	} else {
+		unlink(path);
+	}
+	return 0;
+}
+
+void moat_rm_tree(const char *dir)
+{
+	nftw(dir, open_up, 32, FTW_PHYS | FTW_MOUNT);
+	nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

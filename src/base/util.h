@@ -54,6 +54,14 @@ char *moat_strdupf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Write the whole string to a file (O_WRONLY, no create). */
 int moat_write_file(const char *path, const char *s, struct moat_err *e);
 
+/* write(2) all of buf to fd, retrying short writes and EINTR; 0 or -1. */
+int moat_write_all(int fd, const void *buf, size_t len);
+
+/* rm -rf of a directory of ours: depth first, no symlink followed, no
+ * mount crossed; directories made unreadable (mode 000) inside are opened
+ * up first (we own them). Best effort. */
+void moat_rm_tree(const char *dir);
+
 /* Read up to cap-1 bytes of a file into buf (NUL-terminated). */
 int moat_read_file(const char *path, char *buf, size_t cap, struct moat_err *e);
 

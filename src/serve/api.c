@@ -10,6 +10,7 @@
 #include "box.h"
 #include "http.h"
 #include "image.h"
+#include "job.h"
 #include "manifest.h"
 #include "metrics.h"
 #include "../base/util.h"
@@ -184,7 +185,16 @@ struct pend {
 	int64_t pid;
 	int64_t started; /* for the exec latency histogram */
 	json_t *extra;   /* P_CREATE: the box's answer */
+	struct cjob *cj; /* P_CREATE without a box yet: the manifest's job */
 	struct event *hangup; /* the client closed while we wait */
+};
+
+/* A create waiting for its manifest (a git clone) in a forked job. */
+struct cjob {
+	struct box_spec s; /* network and image owned */
+	json_t *env, *body;
+	struct job *job;   /* NULL once ended */
+	char tmp[32];      /* the job's scratch directory (its clones) */
 };
 
 static void pend_free(struct pend *p)
@@ -192,6 +202,16 @@ static void pend_free(struct pend *p)
 	if (p->hangup)
 		event_free(p->hangup);
 	json_decref(p->extra);
+	if (p->cj) {
+		job_cancel(p->cj->job);
+		if (p->cj->tmp[0])
+			moat_rm_tree(p->cj->tmp);
+		json_decref(p->cj->s.network);
+		free(p->cj->s.image);
+		json_decref(p->cj->env);
+		json_decref(p->cj->body);
+		free(p->cj);
+	}
 	free(p);
 }
 
@@ -689,6 +709,102 @@ static bool parse_network(struct evhttp_request *req, json_t *n, json_t *env, js
 	return true;
 }
 
+static void manifest_error(struct evhttp_request *req, const struct moat_err *e)
+{
+	int st = e->errnum == EACCES ? 403 : e->errnum == EFBIG ? 413 : 400;
+	http_error(req, st, st == 403 ? "forbidden" : st == 413 ? "too_large" : "invalid_request",
+		   "%s", e->msg);
+}
+
+/* Start the sandbox of a validated create body; entries (the manifest's)
+ * are unpacked into it before the answer. */
+static void create_finish(struct evhttp_request *req, struct box_spec *s, json_t *env,
+			  json_t *body, const struct moat_buf *entries)
+{
+	s->env = env;
+	s->metadata = json_object_get(body, "metadata");
+	if (!s->metadata || json_is_null(s->metadata))
+		s->metadata = json_object();
+	else
+		json_incref(s->metadata);
+	struct moat_err e = {0};
+	struct box *b = box_create(s, &e);
+	json_decref(s->metadata);
+	s->metadata = NULL;
+	if (!b) {
+		if (e.errnum == EAGAIN)
+			http_error(req, 429, "limit_reached", "%s", e.msg);
+		else
+			http_error(req, 500, "internal", "cannot start the sandbox: %s", e.msg);
+		return;
+	}
+	metrics_created();
+	if (!entries->len) {
+		http_json(req, 201, box_json(b));
+		return;
+	}
+	struct pend *p = pend_new(req, b, P_CREATE);
+	if (!p) {
+		box_delete(b);
+		http_error(req, 500, "internal", "out of memory");
+		return;
+	}
+	p->extra = box_json(b);
+	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
+	     entries->p, entries->len);
+}
+
+/* In the job's child: build the manifest, write {"ok","errnum","msg",
+ * "env"} (its length first, 4 bytes) and then the entry stream. */
+static int manifest_job(int fd, void *arg)
+{
+	struct cjob *cj = arg;
+	struct moat_buf entries = {0};
+	struct moat_err e = {0};
+	manifest_set_tmpdir(cj->tmp);
+	int rc = manifest_build(json_object_get(cj->body, "manifest"), conf->host_paths, &entries,
+				cj->env, &e);
+	json_t *res = rc < 0 ? json_pack("{s:b,s:i,s:s}", "ok", 0, "errnum", e.errnum, "msg", e.msg)
+			     : json_pack("{s:b,s:O}", "ok", 1, "env", cj->env);
+	char *js = res ? json_dumps(res, JSON_COMPACT) : NULL;
+	uint32_t n = js ? (uint32_t)strlen(js) : 0;
+	int w = js && moat_write_all(fd, &n, sizeof n) == 0 && moat_write_all(fd, js, n) == 0 &&
+			(rc < 0 || moat_write_all(fd, entries.p, entries.len) == 0)
+		    ? 0
+		    : -1;
+	return w;
+}
+
+static void on_manifest_job(void *arg, int status, const char *out, size_t len)
+{
+	struct pend *p = arg;
+	struct cjob *cj = p->cj;
+	cj->job = NULL; /* ended: nothing left to cancel */
+	pend_done(p);
+	struct evhttp_request *req = p->req;
+	uint32_t n = 0;
+	json_t *res = NULL;
+	if (status == 0 && len >= sizeof n) {
+		memcpy(&n, out, sizeof n);
+		if (n <= len - sizeof n)
+			res = json_loadb(out + sizeof n, n, 0, NULL);
+	}
+	json_t *env = json_object_get(res, "env");
+	if (!res || (json_is_true(json_object_get(res, "ok")) && !json_is_object(env))) {
+		http_error(req, 500, "internal", "the manifest's job failed (status %d)", status);
+	} else if (!json_is_true(json_object_get(res, "ok"))) {
+		struct moat_err e = {.errnum = (int)json_integer_value(json_object_get(res, "errnum"))};
+		snprintf(e.msg, sizeof e.msg, "%s", json_string_value(json_object_get(res, "msg")) ?: "?");
+		manifest_error(req, &e);
+	} else {
+		struct moat_buf entries = {.p = (char *)out + sizeof n + n,
+					   .len = len - sizeof n - n};
+		create_finish(req, &cj->s, env, cj->body, &entries);
+	}
+	json_decref(res);
+	pend_free(p);
+}
+
 static void h_create(struct evhttp_request *req)
 {
 	json_t *body = http_body_json(req, true);
@@ -747,45 +863,47 @@ static void h_create(struct evhttp_request *req)
 	if (!parse_network(req, json_object_get(body, "network"), env, &s.network))
 		goto out;
 	json_t *m = json_object_get(body, "manifest");
+	if (m && !json_is_null(m) && manifest_is_slow(m)) {
+		/* a clone may take minutes: off the event loop */
+		struct cjob *cj = calloc(1, sizeof *cj);
+		struct pend *p = cj ? pend_new(req, NULL, P_CREATE) : NULL;
+		if (!p) {
+			free(cj);
+			http_error(req, 500, "internal", "out of memory");
+			goto out;
+		}
+		p->cj = cj;
+		snprintf(cj->tmp, sizeof cj->tmp, "/tmp/moat-job-XXXXXX");
+		if (!mkdtemp(cj->tmp)) {
+			cj->tmp[0] = '\0';
+			pend_done(p);
+			http_error(req, 500, "internal", "scratch directory: %s", strerror(errno));
+			pend_free(p);
+			goto out;
+		}
+		cj->s = s;
+		cj->env = env;
+		cj->body = body;
+		s.network = NULL;
+		s.image = NULL;
+		env = body = NULL;
+		cj->job = job_start(conf->base, manifest_job, cj, on_manifest_job, p);
+		if (!cj->job) {
+			pend_done(p);
+			http_error(req, 500, "internal", "cannot start the manifest's job: %s",
+				   strerror(errno));
+			pend_free(p);
+		}
+		goto out;
+	}
 	if (m && !json_is_null(m)) {
 		struct moat_err e = {0};
 		if (manifest_build(m, conf->host_paths, &entries, env, &e) < 0) {
-			int st = e.errnum == EACCES ? 403 : e.errnum == EFBIG ? 413 : 400;
-			http_error(req, st, st == 403 ? "forbidden" : st == 413 ? "too_large"
-							   : "invalid_request", "%s", e.msg);
+			manifest_error(req, &e);
 			goto out;
 		}
 	}
-	s.env = env;
-	s.metadata = json_object_get(body, "metadata");
-	if (!s.metadata || json_is_null(s.metadata))
-		s.metadata = json_object();
-	else
-		json_incref(s.metadata);
-	struct moat_err e = {0};
-	struct box *b = box_create(&s, &e);
-	json_decref(s.metadata);
-	if (!b) {
-		if (e.errnum == EAGAIN)
-			http_error(req, 429, "limit_reached", "%s", e.msg);
-		else
-			http_error(req, 500, "internal", "cannot start the sandbox: %s", e.msg);
-		goto out;
-	}
-	metrics_created();
-	if (!entries.len) {
-		http_json(req, 201, box_json(b));
-		goto out;
-	}
-	struct pend *p = pend_new(req, b, P_CREATE);
-	if (!p) {
-		box_delete(b);
-		http_error(req, 500, "internal", "out of memory");
-		goto out;
-	}
-	p->extra = box_json(b);
-	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
-	     entries.p, entries.len);
+	create_finish(req, &s, env, body, &entries);
 out:
 	json_decref(s.network);
 	free(s.image);

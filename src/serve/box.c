@@ -17,7 +17,6 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 #include <fcntl.h>
-#include <ftw.h>
 #include <limits.h>
 #include <poll.h>
 #include <signal.h>
@@ -422,40 +421,6 @@ static int watch_pid(struct box *b)
 
 /* ---- files -------------------------------------------------------------- */
 
-static void remove_dir(const char *dir);
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	if (flag == FTW_DNR) {
-		/* a mode-000 placeholder directory (protected name): a rootless
-		 * daemon must give itself access first (it owns it) */
-		if (chmod(path, 0700) == 0)
-			remove_dir(path);
-		rmdir(path);
-	} else if (flag == FTW_DP) {
-		rmdir(path);
-	} else {
-		unlink(path);
-	}
-	return 0;
-}
-
-static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	/* a directory the sandbox made read-only: its owner (us, or root)
-	 * may give itself write access back; the sandbox is gone by now */
-	if (flag == FTW_D || flag == FTW_DNR)
-		chmod(path, 0700);
-	return 0;
-}
-
-static void remove_dir(const char *dir)
-{
-	nftw(dir, open_up, 32, FTW_PHYS | FTW_MOUNT);
-	/* depth first, no symlink followed, no mount crossed */
-	nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
-}
-
 /* ---- lifecycle ---------------------------------------------------------- */
 
 static void box_free(struct box *b)
@@ -807,7 +772,7 @@ fail:
 			waitpid(b->pid, NULL, 0);
 		moat_cgroup_remove(&b->cgroups);
 	}
-	remove_dir(b->dir);
+	moat_rm_tree(b->dir);
 	moat_strv_free(&env);
 	moat_policy_free(&p);
 	box_free(b);
@@ -921,7 +886,7 @@ static void destroy(struct box *b, bool defer_free)
 			waitpid(b->pid, NULL, 0);
 	}
 	moat_cgroup_remove(&b->cgroups);
-	remove_dir(b->dir);
+	moat_rm_tree(b->dir);
 	store_del(b->id);
 	b->running = false;
 	struct timeval now = {0, 0};

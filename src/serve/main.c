@@ -5,6 +5,7 @@
 #include "api.h"
 #include "box.h"
 #include "http.h"
+#include "job.h"
 #include "store.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
@@ -302,6 +303,7 @@ int main(int argc, char **argv)
 	event_free(sterm);
 	event_free(sint);
 	http_stop();
+	job_cancel_all(); /* a clone still running for a create nobody awaits */
 	box_shutdown();
 	gate_free(gate);
 	gate_policy_free(&ceiling);

@@ -156,6 +156,13 @@ static int copy_dir(struct mctx *c, const char *where, const char *host, const c
 	return rc;
 }
 
+static const char *tmp_base = "/tmp";
+
+void manifest_set_tmpdir(const char *dir)
+{
+	tmp_base = dir;
+}
+
 static int run_git(char *const argv[])
 {
 	pid_t pid = fork();
@@ -214,12 +221,13 @@ static int git_entry(struct mctx *c, const char *where, json_t *v, const char *r
 			    "repo %s: expected https://, http://, git://, ssh:// or an absolute path",
 			    repo);
 	}
-	char tmp[] = "/tmp/moat-git-XXXXXX";
+	char tmp[PATH_MAX];
+	snprintf(tmp, sizeof tmp, "%s/moat-git-XXXXXX", tmp_base);
 	if (!mkdtemp(tmp)) {
 		free(src);
 		return fail(c, EINVAL, where, "%s", strerror(errno));
 	}
-	char dst[64];
+	char dst[PATH_MAX + 8];
 	snprintf(dst, sizeof dst, "%s/r", tmp);
 	char *clone[] = {"git", "-c", "protocol.ext.allow=never", "-c", "protocol.file.allow=always",
 			 "clone", "--quiet", "--no-hardlinks", "--", src, dst, NULL};
@@ -381,4 +389,25 @@ int manifest_build(json_t *m, char *const *host_paths, struct moat_buf *out, jso
 			return -1;
 	}
 	return 0;
+}
+
+static bool has_git(json_t *entries, int depth)
+{
+	const char *k;
+	json_t *v;
+	if (!json_is_object(entries) || depth > 64)
+		return false;
+	json_object_foreach(entries, k, v)
+	{
+		const char *t = json_string_value(json_object_get(v, "type"));
+		if ((t && !strcmp(t, "git_repo")) ||
+		    has_git(json_object_get(v, "children"), depth + 1))
+			return true;
+	}
+	return false;
+}
+
+bool manifest_is_slow(json_t *m)
+{
+	return has_git(json_object_get(m, "entries"), 0);
 }

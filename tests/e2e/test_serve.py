@@ -587,13 +587,6 @@ def limits_for(d):
 
 # ---- known daemon bugs (xfail strict: a fix turns them into XPASS failures) ----
 
-BUG_ROOT_TMPFS_IS_MASK = (
-    "daemon bug: files the sandbox owns outside /workspace (its /tmp, its home) are taken "
-    "for policy masks: after PUT /files?path=/tmp/x (204) and GET (200), "
-    "GET /files/stat?path=/tmp/x answers 404, GET /files/list?path=/tmp answers "
-    "{\"entries\":[]}, DELETE /files?path=/tmp/x answers 403 forbidden \"protected by the "
-    "sandbox policy\"; expected 200 / the entry / 204 (agent fsops.c is_mask() compares "
-    "st_dev with the mask file's, which is the sandbox's root tmpfs)")
 BUG_ROOTLESS_RMDIR = (
     "daemon bug (rootless daemon only): DELETE /v1/sandboxes/{id} answers 204 but leaves "
     "part of <data>/sandboxes/<id>/workspace behind when the sandbox made one of its "
@@ -614,18 +607,10 @@ BUG_ROOT_IMAGE_OVERLAY = (
     "file) with EOVERFLOW (\"Value too large for defined data type\": the copy-up of a file "
     "whose host owner is not mapped in the sandbox's user namespace); expected both writes "
     "to succeed in the overlay (they do under a rootless daemon), the host rootfs unchanged")
-BUG_SERVICE_ROUTE_METHOD = (
-    "daemon bug: POST /healthz and DELETE /metrics answer 200 like GET; docs/API.md: known "
-    "route, wrong method -> 405 method_not_allowed")
 BUG_HTML_413 = (
     "daemon bug: a request announcing Content-Length: 4294967296 (over the 1 GiB body cap) "
     "gets libevent's HTML page (413, text/html) instead of the documented "
     "{\"error\":{\"code\":\"too_large\",...}}")
-BUG_CHAINED_LINKS = (
-    "daemon bug: PUT /archive of d/ + d/u -> \"..\" + t -> \"d/u/..\" is accepted (204): "
-    "each link is checked lexically on its own, but t resolves through d/u to the "
-    "workspace's parent (\"/\" inside); docs/API.md: links pointing outside the archive's "
-    "tree are refused (400)")
 
 
 # ---- fixtures -----------------------------------------------------------------------

@@ -133,7 +133,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			return moat_err_set(e, MOAT_E_USAGE, 0,
 					    "root filesystem %s: an absolute path without ',' ':' '\\'",
 					    p->rootfs);
-		add_op(c, MOP_OVERLAY, p->rootfs, "/", 0, LL_RW)->size = p->rootfs_size;
+		struct mop *ov = add_op(c, MOP_OVERLAY, p->rootfs, "/", 0, LL_RW);
+		ov->size = p->rootfs_size;
+		if (c->host_root && jail_ns_prepare_idmapped(c, ov, e) < 0)
+			return -1;
 	} else if (p->fs_base == MOAT_FS_SYSTEM) {
 		for (size_t i = 0; system_dirs[i]; i++) {
 			struct stat st;
@@ -531,6 +534,13 @@ static int op_overlay(const struct mop *op, const char *lower, struct moat_err *
 	if (mkdir("/ovl", 0700) < 0 || mount("tmpfs", "/ovl", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
 	    mkdir("/ovl/upper", 0755) < 0 || mkdir("/ovl/work", 0755) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
+	if (op->fd >= 0) { /* root mode: the image id-mapped by the host */
+		if (mkdir("/ovl/lower", 0755) < 0 ||
+		    move_mount(op->fd, "", AT_FDCWD, "/ovl/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped %s",
+					    op->src);
+		lower = "/ovl/lower";
+	}
 	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/ovl/upper,workdir=/ovl/work", lower);
 	if (mount("overlay", NEW, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,

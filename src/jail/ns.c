@@ -121,7 +121,10 @@ void jail_ns_free(struct jail_ctx *c)
 }
 
 /* Root mode: every host-backed writable bind becomes a detached id-mapped
- * mount created here (it needs host privilege) and attached by the child. */
+ * mount created here (it needs host privilege) and attached by the child.
+ * So does an image's lower layer (MOP_OVERLAY keeps its kind), read-only:
+ * its owner (root, normally) becomes the sandbox's user, so that overlayfs,
+ * mounted inside the sandbox's user namespace, can copy its files up. */
 int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e)
 {
 	struct stat st;
@@ -135,8 +138,10 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", op->src);
+	bool lower = op->kind == MOP_OVERLAY;
 	struct mount_attr attr = {
-		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    (lower ? MOUNT_ATTR_RDONLY : 0),
 		.userns_fd = (uint64_t)ns,
 	};
 	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
@@ -144,7 +149,8 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 				    "id-mapped mount of %s (kernel or filesystem "
 				    "without MOUNT_ATTR_IDMAP)", op->src);
 	op->fd = steal_fd(&fd);
-	op->kind = MOP_BIND_FD;
+	if (!lower)
+		op->kind = MOP_BIND_FD;
 	return 0;
 }
 

@@ -600,13 +600,6 @@ BUG_SSE_LEAK = (
     "object(s) allocated from ... evhttp_request_new', plus ~2 KiB of buffers and headers, "
     "per hang-up; the process is killed and no fd leaks; still so with aad0428's "
     "on_hangup change); expected no leak report and exit status 0")
-BUG_ROOT_IMAGE_OVERLAY = (
-    "daemon bug (root daemon only): a sandbox made from an \"image\" rootfs directory cannot "
-    "write through the documented per-sandbox writable overlay: in the rootfs's mode-0777 "
-    "/data, `echo new > /data/new` fails with EACCES and `echo changed > /data/f` (a 0666 "
-    "file) with EOVERFLOW (\"Value too large for defined data type\": the copy-up of a file "
-    "whose host owner is not mapped in the sandbox's user namespace); expected both writes "
-    "to succeed in the overlay (they do under a rootless daemon), the host rootfs unchanged")
 BUG_HTML_413 = (
     "daemon bug: a request announcing Content-Length: 4294967296 (over the 1 GiB body cap) "
     "gets libevent's HTML page (413, text/html) instead of the documented "
@@ -1024,7 +1017,6 @@ def test_image_rootfs(srv):
     assert diff_snap(before, snapshot(rf)) == ""
 
 
-@pytest.mark.xfail(IS_ROOT, strict=True, reason=BUG_ROOT_IMAGE_OVERLAY)
 def test_image_rootfs_writable_overlay(srv):
     rf = srv.allowed / f"rootfs-{uid_tag()}"
     make_rootfs(rf)

@@ -59,12 +59,9 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
 	for (;;) {
 		int n = evbuffer_read(j->out, fd, 1 << 16);
 		if (n > 0 && evbuffer_get_length(j->out) > JOB_MAX_OUT) {
-			kill(-j->pid, SIGKILL);
-			kill(j->pid, SIGKILL);
-			reap(j->pid);
 			job_done_cb done = j->done;
 			void *darg = j->arg;
-			job_free(j);
+			job_cancel(j);
 			done(darg, -1, NULL, 0);
 			return;
 		}
@@ -83,11 +80,7 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
 	/* done() may start or cancel other jobs: leave the list first */
 	unlink_job(j);
 	done(darg, data ? st : -1, data, data ? len : 0);
-	j->next = NULL;
-	event_free(j->ev);
-	close(j->fd);
-	evbuffer_free(j->out);
-	free(j);
+	job_free(j);
 }
 
 struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), void *fnarg,

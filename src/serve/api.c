@@ -224,7 +224,17 @@ static void on_client_gone(struct evhttp_connection *c, void *arg)
 		box_abort(p->b, p);
 	else if (p->b)
 		box_cancel(p->b, p);
+	/* libevent found the connection broken itself (a write of a streamed
+	 * reply failed): it hands the request back to us, detached, to end;
+	 * ending a detached request frees it */
+	struct evhttp_request *req = p->req;
+	bool detached = !evhttp_request_get_connection(req);
+	bool streaming = p->streaming;
 	pend_free(p);
+	if (detached && streaming)
+		evhttp_send_reply_end(req);
+	else if (detached)
+		evhttp_send_reply(req, 500, "Client gone", NULL);
 }
 
 /* evhttp does not read a connection whose request is being answered, so

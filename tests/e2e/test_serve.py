@@ -594,12 +594,6 @@ BUG_ROOTLESS_RMDIR = (
     "workspace/a/b stays (the daemon's removal does not chmod a directory it cannot write "
     "before emptying it; root passes by CAP_DAC_OVERRIDE); since aad0428 the mode-000 "
     "placeholder directories (.git, .claude, ...) go; expected <data>/sandboxes/<id> gone")
-BUG_SSE_LEAK = (
-    "daemon bug: every exec streamed as text/event-stream whose client hangs up mid-stream "
-    "leaks its evhttp_request (LeakSanitizer at SIGTERM: 'Direct leak of 216 byte(s) in 1 "
-    "object(s) allocated from ... evhttp_request_new', plus ~2 KiB of buffers and headers, "
-    "per hang-up; the process is killed and no fd leaks; still so with aad0428's "
-    "on_hangup change); expected no leak report and exit status 0")
 BUG_HTML_413 = (
     "daemon bug: a request announcing Content-Length: 4294967296 (over the 1 GiB body cap) "
     "gets libevent's HTML page (413, text/html) instead of the documented "
@@ -1582,7 +1576,6 @@ def asan_build():
 
 
 @pytest.mark.skipif(not asan_build(), reason="needs the ASan build (LeakSanitizer)")
-@pytest.mark.xfail(strict=True, reason=BUG_SSE_LEAK)
 def test_sse_client_gone_leaks_nothing():
     d = Daemon()
     try:

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #define assert_has(hay, needle)                                                \
@@ -610,4 +611,44 @@ Test(strv, many)
 	cr_assert(moat_strv_contains(&sv, "s500"));
 	cr_assert_not(moat_strv_contains(&sv, "s1000"));
 	moat_strv_free(&sv);
+}
+
+/* moat_rm_tree: a tree with an unreadable (mode-000) directory goes whole;
+ * a symlink inside is removed, never followed. */
+Test(util, rm_tree_removes_all_and_follows_no_link)
+{
+	char base[] = "/tmp/moat-unit-rm-XXXXXX";
+	cr_assert_not_null(mkdtemp(base));
+	char tree[256], outside[256], p[512];
+	snprintf(tree, sizeof tree, "%s/tree", base);
+	snprintf(outside, sizeof outside, "%s/outside", base);
+	cr_assert_eq(mkdir(tree, 0755), 0);
+	cr_assert_eq(mkdir(outside, 0755), 0);
+	snprintf(p, sizeof p, "%s/keep.txt", outside);
+	FILE *f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fputs("keep\n", f);
+	fclose(f);
+	snprintf(p, sizeof p, "%s/a", tree);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof p, "%s/a/b", tree);
+	cr_assert_eq(mkdir(p, 0755), 0);
+	snprintf(p, sizeof p, "%s/a/b/f", tree);
+	f = fopen(p, "w");
+	cr_assert_not_null(f);
+	fclose(f);
+	snprintf(p, sizeof p, "%s/a/link", tree);
+	cr_assert_eq(symlink(outside, p), 0);
+	snprintf(p, sizeof p, "%s/a/b", tree);
+	cr_assert_eq(chmod(p, 0), 0);
+	snprintf(p, sizeof p, "%s/a", tree);
+	cr_assert_eq(chmod(p, 0500), 0);
+	moat_rm_tree(tree);
+	struct stat st;
+	cr_assert(lstat(tree, &st) < 0 && errno == ENOENT, "the tree is still there");
+	snprintf(p, sizeof p, "%s/keep.txt", outside);
+	cr_assert_eq(lstat(p, &st), 0, "a file behind a symlink was removed");
+	unlink(p);
+	rmdir(outside);
+	rmdir(base);
 }

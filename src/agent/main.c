@@ -342,6 +342,10 @@ int main(void)
 			fcntl(4 + i, F_SETFD, FD_CLOEXEC);
 		}
 	fs_init();
+	/* jansson seeds its hash tables from /dev/urandom on first use: do it
+	 * now, before any request waits for it (a pool's sandbox starts long
+	 * before its first request) */
+	json_object_seed(0);
 	static struct pollfd pfd[MAX_POLL];
 	for (;;) {
 		size_t n = 0;

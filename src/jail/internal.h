@@ -51,8 +51,8 @@ struct mop {
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
 	struct moat_strv secrets; /* MOP_PROTECT: missing secrets paths (relative):
 				   * parents created for real, the leaf protected */
-	dev_t ph_dev;             /* MOP_PROTECT: the inode the host's file */
-	ino_t ph_ino;             /* placeholders share (ph_ino 0: none) */
+	int ph_pin;               /* MOP_PROTECT: O_PATH on the inode the host's
+				   * file placeholders share, or -1 */
 };
 
 /* ---- the per-spawn context ------------------------------------------- */

@@ -60,6 +60,7 @@ static struct mop *add_op(struct jail_ctx *c, enum mop_kind kind, const char *sr
 	op->flags = flags;
 	op->ll = ll;
 	op->fd = -1;
+	op->ph_pin = -1;
 	return op;
 }
 
@@ -74,6 +75,8 @@ void jail_mount_free(struct jail_ctx *c)
 		moat_strv_free(&c->ops[i].secrets);
 		if (c->ops[i].fd >= 0)
 			close(c->ops[i].fd);
+		if (c->ops[i].ph_pin >= 0)
+			close(c->ops[i].ph_pin);
 	}
 	free(c->ops);
 	c->ops = NULL;

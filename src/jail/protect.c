@@ -34,7 +34,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -90,7 +92,7 @@ static bool is_placeholder(const struct stat *st)
 		return false;
 	if (S_ISREG(st->st_mode))
 		return st->st_size == 0;
-	return S_ISDIR(st->st_mode);
+	return S_ISDIR(st->st_mode) || S_ISSOCK(st->st_mode);
 }
 
 /* Split rel into components in buf; returns the count. */
@@ -148,37 +150,63 @@ static int pin_path(int rootfd, const char *root, const char *rel,
 }
 
 /* Create the placeholder of one target at its first missing component.
- * Placeholders are hard links of one empty mode-000 file where the
- * filesystem allows: a fresh inode per name per run is what start-up
- * costs on ext4, whose allocator skips every recently deleted inode (a
- * busy agent leaves thousands). Only the mandatory names share one: a
- * sandbox whose workspace holds ours masks them all when it finds them,
- * but not a deny-write name of ours, which could otherwise write them all
- * through it. Should such a sandbox start while we are still linking
- * (masking some names, not others) and write the inode through one it did
- * not mask, cleanup still knows the inode: every name of ours on it goes.
- * Directories (.git, .vscode) cannot be linked. */
+ * The mandatory names' file placeholders are hard links of one inode: a
+ * fresh inode per name per run is what start-up costs on ext4, whose
+ * allocator skips every recently deleted inode (a busy agent leaves
+ * thousands). That inode is a unix socket nobody listens on: it can hold
+ * no content, so no sandbox that can reach one of the names (a sandbox on
+ * an enclosing directory, one allowed to write .git, a name it did not
+ * mask) can write through it into the others; opening it fails (ENXIO).
+ * We keep it pinned by an O_PATH descriptor for the run, so that cleanup
+ * knows it by identity even if its mode was changed and its number cannot
+ * be reused meanwhile. The user's deny-write names and filesystems without
+ * sockets get empty mode-000 files of their own. Directories (.git,
+ * .vscode) cannot be linked. */
 struct placer {
 	int rootfd;
 	bool link;    /* share one inode */
-	int firstdir; /* where the first file placeholder is, or -1 */
+	int firstdir; /* where the shared inode's first name is, or -1 */
 	char first[NAME_MAX + 1];
-	struct stat st; /* its identity */
+	int pin;      /* O_PATH on it, or -1 */
 };
+
+/* An unbound-after-close unix socket inode at dirfd/name, mode 000. */
+static int make_socket_node(int dirfd, const char *name)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	if (snprintf(sa.sun_path, sizeof sa.sun_path, "/proc/self/fd/%d/%s", dirfd, name) >=
+	    (int)sizeof sa.sun_path)
+		return -1;
+	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	int rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
+	close(s);
+	if (rc < 0)
+		return -1;
+	if (fchmodat(dirfd, name, 0, 0) < 0) {
+		unlinkat(dirfd, name, 0);
+		return -1;
+	}
+	return 0;
+}
 
 static void place_file(struct placer *pl, int dirfd, const char *name)
 {
 	if (pl->link && pl->firstdir >= 0 && linkat(pl->firstdir, pl->first, dirfd, name, 0) == 0)
 		return;
-	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
-	if (f < 0)
-		return;
 	if (pl->link && pl->firstdir < 0 && strlen(name) < sizeof pl->first &&
-	    fstat(f, &pl->st) == 0) {
-		pl->firstdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-		memcpy(pl->first, name, strlen(name) + 1);
+	    make_socket_node(dirfd, name) == 0) {
+		pl->pin = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (pl->pin >= 0) {
+			pl->firstdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
+			memcpy(pl->first, name, strlen(name) + 1);
+		}
+		return;
 	}
-	close(f);
+	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
+	if (f >= 0)
+		close(f);
 }
 
 static void place_one(struct placer *pl, const char *rel)
@@ -214,17 +242,15 @@ void jail_protect_parent(struct mop *op)
 	_cleanup_close_ int fd = open(op->host, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	struct placer pl = {.rootfd = fd, .link = true, .firstdir = -1};
+	struct placer pl = {.rootfd = fd, .link = true, .firstdir = -1, .pin = -1};
 	for (size_t i = 0; names && names[i]; i++)
 		place_one(&pl, names[i]);
 	pl.link = false;
 	for (size_t i = 0; i < op->extra.n; i++)
 		place_one(&pl, op->extra.v[i]);
-	if (pl.firstdir >= 0) {
+	if (pl.firstdir >= 0)
 		close(pl.firstdir);
-		op->ph_dev = pl.st.st_dev;
-		op->ph_ino = pl.st.st_ino;
-	}
+	op->ph_pin = pl.pin;
 	struct moat_strv *watch = &op->watch;
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {
 		struct stat st;
@@ -480,6 +506,7 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 
 static void cleanup_one(int rootfd, const char *rel, const struct mop *op)
 {
+	struct stat pin;
 	char buf[PATH_MAX], *comp[64];
 	bool leaf_dir;
 	size_t n = split(rel, buf, sizeof buf, comp, 64, &leaf_dir);
@@ -488,8 +515,9 @@ static void cleanup_one(int rootfd, const char *rel, const struct mop *op)
 		struct stat st;
 		if (fstatat(cur, comp[i], &st, AT_SYMLINK_NOFOLLOW) < 0)
 			break;
-		bool ours = op && op->ph_ino && S_ISREG(st.st_mode) && st.st_dev == op->ph_dev &&
-			    st.st_ino == op->ph_ino;
+		bool ours = op && op->ph_pin >= 0 && S_ISSOCK(st.st_mode) &&
+			    fstat(op->ph_pin, &pin) == 0 && st.st_dev == pin.st_dev &&
+			    st.st_ino == pin.st_ino;
 		if (ours || is_placeholder(&st)) {
 			/* rmdir fails on a non-empty directory: not ours */
 			unlinkat(cur, comp[i], S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);

@@ -190,6 +190,8 @@ struct pend {
 };
 
 /* A create waiting for its manifest (a git clone) in a forked job. */
+#define MAX_MANIFEST_JOBS 4
+static int njobs;
 struct cjob {
 	struct box_spec s; /* network and image owned */
 	json_t *env, *body;
@@ -203,6 +205,7 @@ static void pend_free(struct pend *p)
 		event_free(p->hangup);
 	json_decref(p->extra);
 	if (p->cj) {
+		njobs--;
 		job_cancel(p->cj->job);
 		if (p->cj->tmp[0])
 			moat_rm_tree(p->cj->tmp);
@@ -874,7 +877,15 @@ static void h_create(struct evhttp_request *req)
 		goto out;
 	json_t *m = json_object_get(body, "manifest");
 	if (m && !json_is_null(m) && manifest_is_slow(m)) {
-		/* a clone may take minutes: off the event loop */
+		/* a clone may take minutes: off the event loop, a few at a time,
+		 * and not for a create that would be refused anyway */
+		if (box_at_limit() || njobs >= MAX_MANIFEST_JOBS) {
+			http_error(req, 429, "limit_reached",
+				   box_at_limit() ? "at the limit of sandboxes"
+						  : "too many manifests being cloned at once (%d)",
+				   MAX_MANIFEST_JOBS);
+			goto out;
+		}
 		struct cjob *cj = calloc(1, sizeof *cj);
 		struct pend *p = cj ? pend_new(req, NULL, P_CREATE) : NULL;
 		if (!p) {
@@ -883,6 +894,7 @@ static void h_create(struct evhttp_request *req)
 			goto out;
 		}
 		p->cj = cj;
+		njobs++;
 		snprintf(cj->tmp, sizeof cj->tmp, "/tmp/moat-job-XXXXXX");
 		if (!mkdtemp(cj->tmp)) {
 			cj->tmp[0] = '\0';

@@ -122,6 +122,11 @@ void box_each(void (*fn)(struct box *b, void *arg), void *arg)
 		fn(boxes[i], arg);
 }
 
+bool box_at_limit(void)
+{
+	return cfg.max_sandboxes && nboxes >= cfg.max_sandboxes;
+}
+
 size_t box_count(void)
 {
 	return nboxes;

@@ -57,6 +57,8 @@ void box_delete(struct box *b);
 /* Visit every sandbox (for listings). */
 void box_each(void (*fn)(struct box *b, void *arg), void *arg);
 size_t box_count(void);
+/* At --max-sandboxes: a create would be refused (429). */
+bool box_at_limit(void);
 
 const char *box_id(const struct box *b);
 /* Its directory, relative to the data directory (net.log lives there). */

@@ -7,6 +7,7 @@
 #include <event2/buffer.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <stdlib.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -69,7 +70,14 @@ static void on_output(evutil_socket_t fd, short what, void *arg)
 			continue;
 		if (n < 0 && (errno == EAGAIN || errno == EINTR))
 			return;
-		break; /* EOF (or an error): the child is done writing */
+		if (n < 0) { /* not EOF: the child may be blocked writing */
+			job_done_cb done = j->done;
+			void *darg = j->arg;
+			job_cancel(j);
+			done(darg, -1, NULL, 0);
+			return;
+		}
+		break; /* EOF: the child is done writing */
 	}
 	/* The child closes its end by exiting (it waited for what it ran) */
 	int st = reap(j->pid);
@@ -97,12 +105,18 @@ struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), voi
 	j->out = evbuffer_new();
 	j->pid = j->out ? fork() : -1;
 	if (j->pid == 0) {
-		close(p[0]);
+		/* none of the daemon's descriptors (its lock, sockets, pidfds)
+		 * stay open here, and a daemon that dies takes us along */
+		pid_t parent = getppid();
+		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
+			_exit(1);
 		setpgid(0, 0);
+		if (dup2(p[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+			_exit(1);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGINT, SIG_DFL);
-		_exit(fn(p[1], fnarg) == 0 ? 0 : 1);
+		_exit(fn(3, fnarg) == 0 ? 0 : 1);
 	}
 	close(p[1]);
 	if (j->pid < 0) {

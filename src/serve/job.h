@@ -13,8 +13,9 @@ struct job;
 /* status: the child's wait status; out/len: everything it wrote. */
 typedef void (*job_done_cb)(void *arg, int status, const char *out, size_t len);
 
-/* fn runs in the child (its own process group; return 0 for success) and
- * must not touch the event loop. NULL when the child cannot be started. */
+/* fn runs in the child (its own process group, killed if the daemon dies,
+ * with no descriptor of the daemon's but 0-2 and fd; return 0 for success)
+ * and must not touch the event loop. NULL when it cannot be started. */
 struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), void *fnarg,
 		      job_done_cb done, void *arg);
 /* Kill the child and its process group; done() is not called. */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -174,6 +175,7 @@ static int run_git(char *const argv[])
 			dup2(null, 0);
 			dup2(null, 1);
 		}
+		prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphaned clone */
 		setenv("GIT_TERMINAL_PROMPT", "0", 1);
 		setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
 		alarm(300); /* a hung remote must not hang the daemon forever */

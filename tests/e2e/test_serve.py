@@ -1182,6 +1182,48 @@ def test_hung_git_clone_does_not_stall_the_daemon():
     assert job_dirs() <= before, "the job's scratch directory was left behind"
 
 
+def test_clones_in_flight_are_bounded():
+    """At most 4 manifests are cloned at once; the next create is told to
+    come back (429) rather than forking the daemon again."""
+    if not shutil.which("git"):
+        pytest.skip("git is not installed")
+    d = Daemon(allow=True)
+    ths, res = [], {}
+    try:
+        repo = hanging_repo(d)
+
+        def create(i):
+            try:
+                res[i] = d.post("/v1/sandboxes", {"manifest": {"entries": {
+                    "r": {"type": "git_repo", "repo": str(repo)}}}}, timeout=120)
+            except OSError as e:
+                res[i] = e
+
+        for i in range(4):
+            ths.append(threading.Thread(target=create, args=(i,)))
+            ths[-1].start()
+        # each job is a fork of the daemon (its comm) running one git clone
+        assert wait_until(lambda: len([c for c in children(d.pid)
+                                       if comm(c).startswith("moat-serve")
+                                       and any(comm(g).startswith("git")
+                                               for g in descendants(c))]) == 4, timeout=15)
+        r = d.post("/v1/sandboxes", {"manifest": {"entries": {
+            "r": {"type": "git_repo", "repo": str(repo)}}}}, timeout=10)
+        assert_error(r, 429, "limit_reached")
+        assert request(d.port, "GET", "/healthz", timeout=3).status == 200
+    finally:
+        for _ in range(50):
+            gits = [p for p in descendants(d.pid) if comm(p).startswith("git")]
+            if not gits:
+                break
+            kill_pids(gits)
+            time.sleep(0.1)
+        for t in ths:
+            t.join(60)
+        d.stop()
+    assert all(isinstance(r, Resp) and r.status == 400 for r in res.values()), res
+
+
 def test_create_abandoned_during_a_clone_kills_it():
     """The client of a create whose manifest is being cloned hangs up: the
     clone is stopped and its scratch directory removed; the daemon serves on."""

@@ -113,7 +113,11 @@ static char *find_home(void)
 			}
 		if (f)
 			fclose(f);
-		h = from_passwd[0] ? from_passwd : "/tmp";
+		/* fail closed: a wrong guess would leave the real home's secrets
+		 * (~/.ssh, ...) unhidden should a policy make it visible */
+		if (!from_passwd[0])
+			return NULL;
+		h = from_passwd;
 	}
 	char *real = realpath(h, NULL);
 	return real ? real : strdup(h);
@@ -282,6 +286,9 @@ int moat_cmd_run(int argc, char **argv)
 	if (!getcwd(cwd, sizeof cwd))
 		return moat_cli_fail("current directory: %s", strerror(errno));
 	_cleanup_free_ char *home = find_home();
+	if (!home)
+		return moat_cli_fail("cannot tell your home directory: HOME is unset and uid %u "
+				     "is not in /etc/passwd (set HOME)", (unsigned)getuid());
 
 	struct moat_policy p;
 	struct moat_err e = {0};

@@ -233,3 +233,16 @@ def test_unknown_subcommand(ws):
     assert r.returncode == 125
     assert r.stderr.strip().startswith("moat: ") and "frobnicate" in r.stderr
     assert os.listdir(ws) == []
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs a uid with no passwd entry (setpriv as root)")
+def test_unknown_home_is_refused(tmp_path):
+    """HOME unset and the uid unknown to /etc/passwd: moat cannot tell
+    which home's secrets to hide, so it refuses rather than guess."""
+    os.chmod(tmp_path, 0o777)
+    env = {k: v for k, v in moat_env().items() if k != "HOME"}
+    r = subprocess.run(["setpriv", "--reuid", "4242", "--regid", "4242", "--clear-groups",
+                        MOAT, "run", "--", "/bin/sh", "-c", "echo RAN"],
+                       cwd=tmp_path, env=env, capture_output=True, text=True, timeout=30)
+    assert r.returncode == 125, (r.returncode, r.stderr)
+    assert "HOME" in r.stderr and "RAN" not in r.stdout, r.stderr

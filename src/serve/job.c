@@ -111,7 +111,9 @@ struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), voi
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);
 		setpgid(0, 0);
-		if (dup2(p[1], 3) < 0 || close_range(4, ~0U, 0) < 0)
+		/* fd 3 is the pipe, kept from what fn may exec (git) */
+		if ((p[1] != 3 && dup2(p[1], 3) < 0) || fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||
+		    close_range(4, ~0U, 0) < 0)
 			_exit(1);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);

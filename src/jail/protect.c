@@ -164,13 +164,14 @@ static int pin_path(int rootfd, const char *root, const char *rel,
  * .vscode) cannot be linked. */
 struct placer {
 	int rootfd;
-	bool link;    /* share one inode */
-	int firstdir; /* where the shared inode's first name is, or -1 */
-	char first[NAME_MAX + 1];
-	int pin;      /* O_PATH on it, or -1 */
+	bool link; /* share one inode */
+	int pin;   /* O_PATH on it, or -1 */
 };
 
-/* An unbound-after-close unix socket inode at dirfd/name, mode 000. */
+/* A unix socket inode at dirfd/name, created mode 000 (the socket's own
+ * mode, set before bind: no chmod by name afterwards, which a symlink put
+ * there meanwhile would redirect). Returns an O_PATH descriptor on it once
+ * checked to be that node, or -1. */
 static int make_socket_node(int dirfd, const char *name)
 {
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
@@ -180,29 +181,32 @@ static int make_socket_node(int dirfd, const char *name)
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
-	int rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
+	int rc = fchmod(s, 0) == 0 ? bind(s, (struct sockaddr *)&sa, sizeof sa) : -1;
 	close(s);
 	if (rc < 0)
 		return -1;
-	if (fchmodat(dirfd, name, 0, 0) < 0) {
-		unlinkat(dirfd, name, 0);
-		return -1;
+	int pin = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	/* someone able to write here may have swapped the name already */
+	if (pin >= 0 && (fstat(pin, &st) < 0 || !S_ISSOCK(st.st_mode) ||
+			 (st.st_mode & 07777) != 0 || st.st_nlink != 1)) {
+		close(pin);
+		pin = -1;
 	}
-	return 0;
+	return pin;
 }
 
 static void place_file(struct placer *pl, int dirfd, const char *name)
 {
-	if (pl->link && pl->firstdir >= 0 && linkat(pl->firstdir, pl->first, dirfd, name, 0) == 0)
+	char self[64];
+	snprintf(self, sizeof self, "/proc/self/fd/%d", pl->pin);
+	/* from the pinned inode itself, not from its first name */
+	if (pl->link && pl->pin >= 0 && linkat(AT_FDCWD, self, dirfd, name, AT_SYMLINK_FOLLOW) == 0)
 		return;
-	if (pl->link && pl->firstdir < 0 && strlen(name) < sizeof pl->first &&
-	    make_socket_node(dirfd, name) == 0) {
-		pl->pin = openat(dirfd, name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
-		if (pl->pin >= 0) {
-			pl->firstdir = fcntl(dirfd, F_DUPFD_CLOEXEC, 0);
-			memcpy(pl->first, name, strlen(name) + 1);
-		}
-		return;
+	if (pl->link && pl->pin < 0) {
+		pl->pin = make_socket_node(dirfd, name);
+		if (pl->pin >= 0)
+			return;
 	}
 	int f = openat(dirfd, name, O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC, 0);
 	if (f >= 0)
@@ -242,14 +246,12 @@ void jail_protect_parent(struct mop *op)
 	_cleanup_close_ int fd = open(op->host, O_PATH | O_DIRECTORY | O_CLOEXEC);
 	if (fd < 0)
 		return;
-	struct placer pl = {.rootfd = fd, .link = true, .firstdir = -1, .pin = -1};
+	struct placer pl = {.rootfd = fd, .link = true, .pin = -1};
 	for (size_t i = 0; names && names[i]; i++)
 		place_one(&pl, names[i]);
 	pl.link = false;
 	for (size_t i = 0; i < op->extra.n; i++)
 		place_one(&pl, op->extra.v[i]);
-	if (pl.firstdir >= 0)
-		close(pl.firstdir);
 	op->ph_pin = pl.pin;
 	struct moat_strv *watch = &op->watch;
 	for (size_t i = 0; names && moat_mandatory_deny_existing[i]; i++) {

@@ -110,6 +110,7 @@ struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), voi
 		pid_t parent = getppid();
 		if (prctl(PR_SET_PDEATHSIG, SIGKILL) < 0 || getppid() != parent)
 			_exit(1);
+		close(p[0]);
 		setpgid(0, 0);
 		/* fd 3 is the pipe, kept from what fn may exec (git) */
 		if ((p[1] != 3 && dup2(p[1], 3) < 0) || fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||

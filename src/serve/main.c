@@ -99,6 +99,11 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 int main(int argc, char **argv)
 {
+	/* stdin/out/err open, so that no socket or pipe of ours becomes fd
+	 * 0-2 (a forked job's output would then mix with its stderr) */
+	for (int fd = 0; fd < 3; fd++)
+		if (fcntl(fd, F_GETFD) < 0 && open("/dev/null", O_RDWR) < 0)
+			return 125;
 	/* `moat serve ...` arrives as argv {"moat", "serve", ...} */
 	if (argc > 1 && !strcmp(argv[1], "serve")) {
 		argv++;

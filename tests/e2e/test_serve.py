@@ -1130,6 +1130,16 @@ def hanging_repo(d):
     return repo
 
 
+def end_clones(d):
+    """Kill the daemon's git processes (its clones) until none is left."""
+    for _ in range(50):
+        gits = [p for p in descendants(d.pid) if comm(p).startswith("git")]
+        if not gits:
+            return
+        kill_pids(gits)
+        time.sleep(0.1)
+
+
 def job_dirs():
     return {p for p in Path("/tmp").glob("moat-job-*") if p.stat().st_uid == os.getuid()}
 
@@ -1165,13 +1175,7 @@ def test_hung_git_clone_does_not_stall_the_daemon():
             f"GET /healthz during a hung clone: {r!r} after {time.monotonic() - t0:.1f}s"
         assert d.sh(other, "echo ok", timeout_ms=3000) == "ok\n"
     finally:
-        # end the clone (the daemon's git children) so that the daemon recovers
-        for _ in range(50):
-            gits = [p for p in descendants(d.pid) if comm(p).startswith("git")]
-            if not gits:
-                break
-            kill_pids(gits)
-            time.sleep(0.1)
+        end_clones(d)
         if th:
             th.join(60)
         d.stop()
@@ -1212,12 +1216,7 @@ def test_clones_in_flight_are_bounded():
         assert_error(r, 429, "limit_reached")
         assert request(d.port, "GET", "/healthz", timeout=3).status == 200
     finally:
-        for _ in range(50):
-            gits = [p for p in descendants(d.pid) if comm(p).startswith("git")]
-            if not gits:
-                break
-            kill_pids(gits)
-            time.sleep(0.1)
+        end_clones(d)
         for t in ths:
             t.join(60)
         d.stop()
@@ -1249,7 +1248,7 @@ def test_create_abandoned_during_a_clone_kills_it():
         assert request(d.port, "GET", "/healthz", timeout=3).status == 200
         assert d.get("/v1/sandboxes").json()["sandboxes"] == []
     finally:
-        kill_pids([p for p in descendants(d.pid) if comm(p).startswith("git")])
+        end_clones(d)
         d.stop()
 
 

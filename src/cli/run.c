@@ -217,12 +217,9 @@ static int check_net_rules(const struct moat_policy *p, struct moat_err *e)
 	const char *what[] = {"--allow-domain/network.allow", "--deny-domain/network.deny",
 			      "--resolve/network.resolve"};
 	int rc = 0;
-	for (int k = 0; k < 3 && rc == 0; k++)
+	for (int k = 0; k < GATE_LISTS && rc == 0; k++)
 		for (size_t i = 0; i < lists[k]->n && rc == 0; i++) {
-			const char *s = lists[k]->v[i];
-			rc = k == 0 ? gate_policy_add_allow(&g, s, e)
-			   : k == 1 ? gate_policy_add_deny(&g, s, e)
-				    : gate_policy_add_pin(&g, s, e);
+			rc = gate_policy_add(&g, (enum gate_list)k, lists[k]->v[i], e);
 			if (rc < 0)
 				moat_err_prefix(e, "%s", what[k]);
 		}

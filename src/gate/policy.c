@@ -607,3 +607,18 @@ enum gate_verdict gate_check_addr(const struct gate_policy *p,
 	    gate_addr_format(sa, false, a), kind);
 	return GATE_DENY;
 }
+
+const char *const gate_list_keys[GATE_LISTS] = {"allow", "deny", "resolve"};
+
+int gate_policy_add(struct gate_policy *p, enum gate_list k, const char *rule,
+		    struct moat_err *e)
+{
+	switch (k) {
+	case GATE_LIST_ALLOW:
+		return gate_policy_add_allow(p, rule, e);
+	case GATE_LIST_DENY:
+		return gate_policy_add_deny(p, rule, e);
+	default:
+		return gate_policy_add_pin(p, rule, e);
+	}
+}

@@ -99,6 +99,14 @@ int gate_policy_add_deny(struct gate_policy *p, const char *pattern,
 int gate_policy_add_pin(struct gate_policy *p, const char *spec,
 			struct moat_err *e);
 
+/* The three rule lists by index, as the JSON keys name them: the
+ * configurations (moat run's policy, serve's create body, moat-gate's
+ * config) all list them in this order. */
+enum gate_list { GATE_LIST_ALLOW, GATE_LIST_DENY, GATE_LIST_RESOLVE, GATE_LISTS };
+extern const char *const gate_list_keys[GATE_LISTS]; /* "allow", "deny", "resolve" */
+int gate_policy_add(struct gate_policy *p, enum gate_list k, const char *rule,
+		    struct moat_err *e);
+
 /* May the client connect to host:port? host is a name or an IP literal
  * (IPv6 with or without brackets). Invalid names, numeric forms that are
  * not strict dotted quads ("127.1", "0x7f.1", "2130706433") and port 0 are

@@ -117,17 +117,13 @@ int main(int argc, char **argv)
 	if (!pol)
 		return fail("%s", "out of memory");
 	gate_policy_init(pol);
-	const char *keys[] = {"allow", "deny", "resolve"};
-	for (size_t k = 0; k < 3; k++) {
+	for (int k = 0; k < GATE_LISTS; k++) {
 		size_t i;
 		json_t *v;
-		json_array_foreach(json_object_get(cfg, keys[k]), i, v)
+		json_array_foreach(json_object_get(cfg, gate_list_keys[k]), i, v)
 		{
-			const char *s = json_string_value(v);
-			int rc = k == 0 ? gate_policy_add_allow(pol, s, &e)
-			       : k == 1 ? gate_policy_add_deny(pol, s, &e)
-					: gate_policy_add_pin(pol, s, &e);
-			if (rc < 0)
+			if (gate_policy_add(pol, (enum gate_list)k, json_string_value(v),
+					    &e) < 0)
 				return fail("%s", e.msg);
 		}
 	}

@@ -620,8 +620,8 @@ static bool parse_network(struct evhttp_request *req, json_t *n, json_t *env, js
 	gate_policy_init(&tmp);
 	struct moat_err e = {0};
 	bool ok = true;
-	const char *lk[] = {"allow", "deny", "resolve"};
-	for (int k = 0; k < 3 && ok; k++) {
+	const char *const *lk = gate_list_keys;
+	for (int k = 0; k < GATE_LISTS && ok; k++) {
 		json_t *a = json_object_get(n, lk[k]);
 		if (a && !json_is_array(a)) {
 			http_error(req, 400, "invalid_request", "network.%s must be an array of strings", lk[k]);
@@ -634,9 +634,7 @@ static bool parse_network(struct evhttp_request *req, json_t *n, json_t *env, js
 		{
 			const char *s = json_string_value(v);
 			int rc = !s ? moat_err_set(&e, MOAT_E_USAGE, 0, "must be a string")
-			       : k == 0 ? gate_policy_add_allow(&tmp, s, &e)
-			       : k == 1 ? gate_policy_add_deny(&tmp, s, &e)
-					: gate_policy_add_pin(&tmp, s, &e);
+				    : gate_policy_add(&tmp, (enum gate_list)k, s, &e);
 			if (rc < 0) {
 				http_error(req, 400, "invalid_request", "network.%s[%zu]: %s", lk[k], i, e.msg);
 				ok = false;

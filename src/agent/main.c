@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "agent.h"
 
+#include "../base/fdpass.h"
 #include "../proto/frame.h"
 
 #include <errno.h>
@@ -61,20 +62,9 @@ static void send_netfds(struct agent_conn *c, json_int_t id)
 	unsigned char h[MOAT_FRAME_HDR];
 	moat_frame_hdr(h, (uint32_t)jl, 0);
 	struct iovec iov[2] = {{.iov_base = h, .iov_len = sizeof h}, {.iov_base = js, .iov_len = jl}};
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
-	struct msghdr mh = {.msg_iov = iov, .msg_iovlen = 2};
-	if (have) {
-		mh.msg_control = cbuf;
-		mh.msg_controllen = sizeof cbuf;
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		cm->cmsg_level = SOL_SOCKET;
-		cm->cmsg_type = SCM_RIGHTS;
-		cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
-		memcpy(CMSG_DATA(cm), gate_fds, 2 * sizeof(int));
-	}
 	int fl = fcntl(c->fd, F_GETFL);
 	fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-	ssize_t n = sendmsg(c->fd, &mh, MSG_NOSIGNAL);
+	ssize_t n = moat_send_fds(c->fd, iov, 2, gate_fds, have ? 2 : 0);
 	(void)n;
 	fcntl(c->fd, F_SETFL, fl);
 	free(js);

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "gate/policy.h"
+#include "../base/fdpass.h"
 #include "../base/util.h"
 
 #include <errno.h>
@@ -258,17 +259,9 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 
 int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e)
 {
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
 	char byte = 'L';
 	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(2 * sizeof(int));
-	memcpy(CMSG_DATA(cm), fds, 2 * sizeof(int));
-	ssize_t n = sendmsg(g->ctl, &mh, MSG_NOSIGNAL);
+	ssize_t n = moat_send_fds(g->ctl, &iov, 1, fds, 2);
 	close(fds[0]);
 	close(fds[1]);
 	if (n != 1)

@@ -12,6 +12,7 @@
  *
  * Secrets arrive over the socket, never in argv or the environment. */
 #define _GNU_SOURCE
+#include "base/fdpass.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
 
@@ -73,22 +74,14 @@ static void add_refused(void *arg, const char *dest, const char *reason)
 static void on_ctl(evutil_socket_t fd, short what, void *arg)
 {
 	char buf[64];
-	int fds[2] = {-1, -1};
-	char cbuf[CMSG_SPACE(sizeof fds)] = {0};
-	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf};
-	ssize_t n = recvmsg(CTL, &mh, MSG_CMSG_CLOEXEC);
+	int fds[2];
+	ssize_t n = moat_recv_fds(CTL, buf, sizeof buf, fds, 2);
 	if (n < 0 && (errno == EINTR || errno == EAGAIN))
 		return;
 	if (n > 0 && buf[0] == 'L') {
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
 		struct moat_err e = {0};
-		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(sizeof fds)) {
-			memcpy(fds, CMSG_DATA(cm), sizeof fds);
-			if (gate_box_listen(box, fds[0], fds[1], &e) < 0)
-				fprintf(stderr, "moat: gateway: %s\n", e.msg);
-		}
+		if (fds[0] >= 0 && gate_box_listen(box, fds[0], fds[1], &e) < 0)
+			fprintf(stderr, "moat: gateway: %s\n", e.msg);
 		return;
 	}
 	/* "S", or the end of moat run: report and stop */

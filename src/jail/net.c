@@ -9,6 +9,8 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include "../base/fdpass.h"
+
 #include <errno.h>
 #include <net/if.h>
 #include <netinet/in.h>
@@ -75,17 +77,9 @@ int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 		close(fds[0]);
 		return -1;
 	}
-	char cbuf[CMSG_SPACE(sizeof fds)] = {0};
 	char byte = 'g';
 	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf};
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof fds);
-	memcpy(CMSG_DATA(cm), fds, sizeof fds);
-	if (sendmsg(c->gate_sp[1], &mh, MSG_NOSIGNAL) != 1) {
+	if (moat_send_fds(c->gate_sp[1], &iov, 1, fds, 2) != 1) {
 		close(fds[0]);
 		close(fds[1]);
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the gateway sockets over");
@@ -102,20 +96,19 @@ int jail_net_parent(struct jail_ctx *c, struct moat_err *e)
 		return 0;
 	close(c->gate_sp[1]);
 	c->gate_sp[1] = -1;
-	int fds[2] = {-1, -1};
-	char cbuf[CMSG_SPACE(sizeof fds)] = {0};
+	int fds[2];
 	char byte;
-	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf};
 	ssize_t n;
-	while ((n = recvmsg(c->gate_sp[0], &mh, MSG_CMSG_CLOEXEC)) < 0 && errno == EINTR)
+	while ((n = moat_recv_fds(c->gate_sp[0], &byte, 1, fds, 2)) < 0 && errno == EINTR)
 		;
-	struct cmsghdr *cm = n == 1 ? CMSG_FIRSTHDR(&mh) : NULL;
-	if (!cm || cm->cmsg_type != SCM_RIGHTS || cm->cmsg_len != CMSG_LEN(sizeof fds))
-		return moat_err_set(e, MOAT_E_SYSTEM, n < 0 ? errno : EPROTO,
-				    "receive the gateway sockets");
-	memcpy(fds, CMSG_DATA(cm), sizeof fds);
+	if (n != 1 || fds[0] < 0) {
+		int err = n < 0 ? errno : EPROTO;
+		if (fds[0] >= 0) {
+			close(fds[0]);
+			close(fds[1]);
+		}
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "receive the gateway sockets");
+	}
 	c->gate_fds[0] = fds[0];
 	c->gate_fds[1] = fds[1];
 	close(c->gate_sp[0]);

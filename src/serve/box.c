@@ -4,6 +4,7 @@
 
 #include "store.h"
 #include "../base/cleanup.h"
+#include "../base/fdpass.h"
 #include "../base/util.h"
 #include "../proto/frame.h"
 
@@ -619,21 +620,12 @@ static int fetch_netfds(struct box *b, int fds[2])
 	unsigned char h[MOAT_FRAME_HDR];
 	moat_frame_hdr(h, sizeof req - 1, 0);
 	char buf[512];
-	char cbuf[CMSG_SPACE(2 * sizeof(int))] = {0};
-	struct iovec iov = {.iov_base = buf, .iov_len = sizeof buf};
-	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
-			    .msg_controllen = sizeof cbuf};
 	int rc = -1;
 	if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
 	    send(s, h, sizeof h, MSG_NOSIGNAL) == sizeof h &&
 	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1) &&
-	    recvmsg(s, &mh, MSG_CMSG_CLOEXEC) > 0) {
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		if (cm && cm->cmsg_type == SCM_RIGHTS && cm->cmsg_len == CMSG_LEN(2 * sizeof(int))) {
-			memcpy(fds, CMSG_DATA(cm), 2 * sizeof(int));
-			rc = 0;
-		}
-	}
+	    moat_recv_fds(s, buf, sizeof buf, fds, 2) > 0 && fds[0] >= 0)
+		rc = 0;
 	close(s);
 	return rc;
 }

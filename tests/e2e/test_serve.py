@@ -1141,7 +1141,16 @@ def end_clones(d):
 
 
 def job_dirs():
-    return {p for p in Path("/tmp").glob("moat-job-*") if p.stat().st_uid == os.getuid()}
+    """Our daemons' manifest-job scratch directories (one may vanish while
+    we look: its job just ended)."""
+    out = set()
+    for p in Path("/tmp").glob("moat-job-*"):
+        try:
+            if p.stat().st_uid == os.getuid():
+                out.add(p)
+        except FileNotFoundError:
+            pass
+    return out
 
 
 def test_hung_git_clone_does_not_stall_the_daemon():

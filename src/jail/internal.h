@@ -68,7 +68,7 @@ struct jail_ctx {
 	size_t nops;
 	int landlock_abi;   /* 0: skip (degraded) */
 	bool use_seccomp;
-	int sync_rd, sync_wr; /* parent -> child: maps written, go on */
+	int sync_rd, sync_wr; /* parent -> child (socket pair): maps written, go on */
 	volatile int *go;     /* shared page: [0] the same news, seen without a
 			       * wakeup; [1] placeholders created (JAIL_GO_PROTECT) */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */

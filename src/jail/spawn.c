@@ -34,6 +34,7 @@
 #include <poll.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -288,8 +289,10 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 		goto fail;
 	if (lock_roots(j, e) < 0)
 		goto fail;
-	if (pipe2(sp, O_CLOEXEC) < 0 || pipe2(ep, O_CLOEXEC) < 0 ||
-	    pipe2(stp, O_CLOEXEC) < 0) {
+	/* The go-ahead travels on a socket so that sending it never raises
+	 * SIGPIPE in a caller that did not ignore it (see below). */
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0 ||
+	    pipe2(ep, O_CLOEXEC) < 0 || pipe2(stp, O_CLOEXEC) < 0) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "pipe");
 		for (int i = 0; i < 2; i++) {
 			int *fds[] = {&sp[i], &ep[i], &stp[i]};
@@ -327,7 +330,10 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	if (jail_ns_parent(c, j->pid, e) < 0 || jail_cgroup_parent(j->cg, j->pid, e) < 0)
 		goto fail;
 	__atomic_store_n(c->go, 1, __ATOMIC_RELEASE);
-	if (write(c->sync_wr, "g", 1) != 1) {
+	/* EPIPE is no failure: a child that saw the flag may already be past
+	 * the point where it reads the socket and have closed its end, or it
+	 * failed and its error message is waiting on err_rd. */
+	if (send(c->sync_wr, "g", 1, MSG_NOSIGNAL) != 1 && errno != EPIPE) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "start sandbox");
 		goto fail;
 	}

@@ -53,15 +53,10 @@ static int write_all(const char *path, const char *a, const char *b, struct moat
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path);
 	const char *parts[] = {a, b};
 	for (int i = 0; i < 2; i++)
-		for (size_t off = 0, n = parts[i] ? strlen(parts[i]) : 0; off < n;) {
-			ssize_t w = write(fd, parts[i] + off, n - off);
-			if (w < 0 && errno == EINTR)
-				continue;
-			if (w < 0) {
-				close(fd);
-				return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path);
-			}
-			off += (size_t)w;
+		if (parts[i] && moat_write_all(fd, parts[i], strlen(parts[i])) < 0) {
+			int err = errno;
+			close(fd);
+			return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", path);
 		}
 	return close(fd) < 0 ? moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path) : 0;
 }

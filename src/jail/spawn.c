@@ -142,6 +142,13 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	 * the host from cleaning up early (flock is per open file). */
 	for (size_t i = 0; i < c->nlocks; i++)
 		close(c->locks[i]);
+	/* Out of the caller's process group: a terminal's Ctrl-C (or a kill
+	 * of the group) reaches pid 1 only through the host's forwarding,
+	 * not a second time directly. */
+	if (setsid() < 0) {
+		moat_err_set(&e, MOAT_E_SYSTEM, errno, "setsid");
+		jail_child_fail(c->err_wr, &e);
+	}
 	if (c->l->die_with_parent && prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "PR_SET_PDEATHSIG");
 		jail_child_fail(c->err_wr, &e);

@@ -112,6 +112,47 @@ def test_signal_forwarded(run, ws, sig):
     assert (ws / "sig.txt").read_text() == f"got-{sig}\n"
 
 
+COUNT_SIGINT = """
+import signal, sys, time
+n = 0
+def on_int(s, f):
+    global n
+    n += 1
+signal.signal(signal.SIGINT, on_int)
+print("ready", flush=True)
+end = time.monotonic() + 1.0
+while time.monotonic() < end:
+    time.sleep(0.02)
+print(n)
+"""
+
+
+def test_group_signal_delivered_once(run, ws):
+    """A terminal's Ctrl-C goes to moat's whole process group: the command
+    must see it once (through moat's forwarding), not a second time via a
+    pid 1 left in that group. Several runs at once, as the double delivery
+    depends on timing."""
+    (ws / "count.py").write_text(COUNT_SIGINT)
+    ps = [run.popen(["-w", ws, "--", "python3", "count.py"], start_new_session=True)
+          for _ in range(6)]
+    counts = []
+    try:
+        for p in ps:
+            assert p.stdout.readline() == b"ready\n"
+        for p in ps:
+            os.killpg(p.pid, signal.SIGINT)
+        for p in ps:
+            out, err = p.communicate(timeout=20)
+            assert p.returncode == 0, err
+            counts.append(int(out.split()[-1]))
+    finally:
+        for p in ps:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    assert counts == [1] * len(ps)
+
+
 def test_stdin_passthrough(run):
     data = os.urandom(1 << 20)
     r = run(["--", "cat"], input=data, raw=True)

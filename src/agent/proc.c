@@ -48,6 +48,11 @@ struct proc {
 	bool timed_out;
 	bool forget;              /* nobody will read its end: drop at exit */
 	json_t *cmd;
+	/* The last call answered "still running": a cancel of that call can
+	 * cross its answer (a streaming client hung up meanwhile), and must
+	 * still end the process that nobody will read. */
+	const struct agent_conn *ans_conn;
+	json_int_t ans_call;
 };
 
 struct wait {
@@ -218,8 +223,12 @@ static void answer(struct wait *w, struct proc *p)
 		p->err.delivered += p->err.len;
 		p->out.len = p->err.len = 0;
 		/* Only a delivered end forgets the process. */
-		if (done(p) && agent_conn_alive(w->r.conn))
+		if (done(p) && agent_conn_alive(w->r.conn)) {
 			proc_free(p);
+		} else if (!done(p)) {
+			p->ans_conn = w->r.conn;
+			p->ans_call = w->r.id;
+		}
 	}
 	w->used = false;
 }
@@ -681,6 +690,18 @@ void proc_timers(void)
 	settle();
 }
 
+/* A cancelled call's process: nobody will read it any more. */
+static void drop(struct proc *p)
+{
+	if (p->exited) {
+		proc_free(p);
+	} else {
+		p->forget = true;
+		kill(-p->pid, SIGKILL);
+		kill(p->pid, SIGKILL);
+	}
+}
+
 void proc_cancel(const struct agent_req *r, json_t *req)
 {
 	json_int_t call = json_integer_value(json_object_get(req, "call"));
@@ -692,13 +713,12 @@ void proc_cancel(const struct agent_req *r, json_t *req)
 		struct proc *p = find(w->id);
 		if (!p)
 			continue;
-		if (p->exited) {
-			proc_free(p);
-		} else {
-			p->forget = true;
-			kill(-p->pid, SIGKILL);
-			kill(p->pid, SIGKILL);
-		}
+		drop(p);
+	}
+	for (int i = 0; i < MAX_PROCS; i++) {
+		struct proc *p = &procs[i];
+		if (p->id && p->ans_conn == r->conn && p->ans_call == call)
+			drop(p);
 	}
 	agent_reply(r, json_object(), NULL, 0);
 }
@@ -708,4 +728,7 @@ void proc_conn_gone(const struct agent_conn *c)
 	for (int i = 0; i < MAX_WAITS; i++)
 		if (waits[i].used && waits[i].r.conn == c)
 			waits[i].used = false;
+	for (int i = 0; i < MAX_PROCS; i++)
+		if (procs[i].ans_conn == c)
+			procs[i].ans_conn = NULL; /* its address may come back */
 }

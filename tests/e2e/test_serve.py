@@ -1617,6 +1617,35 @@ def test_sse_client_gone_ends_the_process():
         d.stop()
 
 
+def test_sse_client_gone_ends_a_chatty_process(srv):
+    """The hang-up can cross the agent's answer to the stream's pending
+    read: the cancel then names a call already answered, and must still
+    end the process (a command that never stops writing keeps the stream
+    busy, so that crossing is common)."""
+    sid = srv.create()["id"]
+    try:
+        ms = []
+        for _ in range(12):
+            m = sleep_marker()
+            c = http.client.HTTPConnection("127.0.0.1", srv.port, timeout=60)
+            c.request("POST", f"/v1/sandboxes/{sid}/exec",
+                      body=json.dumps({"cmd": f"while :; do echo x; done # {m}"}),
+                      headers={"Accept": "text/event-stream",
+                               "Content-Type": "application/json"})
+            r = c.getresponse()
+            assert r.status == 200
+            assert r.readline().startswith(b"event: stdout")
+            c.close()
+            ms.append(m)
+        assert wait_until(lambda: not any(pids_with(m) for m in ms), timeout=10), \
+            [m for m in ms if pids_with(m)]
+        procs = srv.get(f"/v1/sandboxes/{sid}/processes").json()["processes"]
+        assert [p for p in procs if p["running"]] == [], procs
+        assert srv.sh(sid, "echo ok") == "ok\n"
+    finally:
+        srv.rm(sid)
+
+
 def asan_build():
     try:
         with open(SERVE, "rb") as f:

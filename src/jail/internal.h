@@ -68,7 +68,9 @@ struct jail_ctx {
 	size_t nops;
 	int landlock_abi;   /* 0: skip (degraded) */
 	bool use_seccomp;
-	int sync_rd, sync_wr; /* parent -> child (socket pair): maps written, go on */
+	int sync_rd, sync_wr; /* parent -> child (socket pair): maps written, go
+			       * on; the child keeps its end through set-up to
+			       * notice a host that died (jail_host_gone) */
 	volatile int *go;     /* shared page: [0] the same news, seen without a
 			       * wakeup; [1] placeholders created (JAIL_GO_PROTECT) */
 	int err_rd, err_wr;   /* child -> parent: setup error or EOF on exec */
@@ -101,6 +103,8 @@ struct jail_msg {
 
 /* Send e over fd and _exit(125/126/127). Used only in the child. */
 __attribute__((noreturn)) void jail_child_fail(int fd, const struct moat_err *e);
+/* The host closed its end of the sync socket (it died): checked by the child. */
+bool jail_host_gone(const struct jail_ctx *c);
 
 /* ns.c */
 int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e);

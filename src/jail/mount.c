@@ -509,10 +509,14 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 {
 	/* Wait for the host's placeholders (mostly done long before). A futex
 	 * on the shared page: no CPU burnt while the host is still creating
-	 * them; if it dies meanwhile, the parent-death signal ends us. */
+	 * them. A host that died meanwhile never sets it (and moat serve's
+	 * sandboxes have no parent-death signal): look every 100 ms. */
 	while (!__atomic_load_n(&c->go[JAIL_GO_PROTECT], __ATOMIC_ACQUIRE)) {
 		struct timespec ts = {0, 100 * 1000 * 1000};
 		syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAIT, 0, &ts, NULL, 0);
+		if (!__atomic_load_n(&c->go[JAIL_GO_PROTECT], __ATOMIC_ACQUIRE) &&
+		    jail_host_gone(c))
+			return moat_err_set(e, MOAT_E_SYSTEM, EPIPE, "the host went away");
 	}
 	_cleanup_close_ int fd = open_in_root(rootfd, op->dst, true);
 	if (fd < 0)

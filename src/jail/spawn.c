@@ -132,6 +132,12 @@ static __attribute__((noreturn)) void exec_agent(struct jail_ctx *c)
 	jail_child_fail(errfd, &e);
 }
 
+bool jail_host_gone(const struct jail_ctx *c)
+{
+	struct pollfd pf = {.fd = c->sync_rd, .events = 0};
+	return poll(&pf, 1, 0) < 0 || (pf.revents & (POLLHUP | POLLERR));
+}
+
 static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 {
 	struct moat_err e = {0};
@@ -183,11 +189,9 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 			moat_err_set(&e, MOAT_E_SYSTEM, errno, "PR_SET_PDEATHSIG");
 			jail_child_fail(c->err_wr, &e);
 		}
-		struct pollfd pf = {.fd = c->sync_rd, .events = 0};
-		if (poll(&pf, 1, 0) < 0 || (pf.revents & (POLLHUP | POLLERR)))
+		if (jail_host_gone(c))
 			_exit(125);
 	}
-	close(c->sync_rd);
 	if (unshare(CLONE_NEWCGROUP) < 0) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "cgroup namespace");
 		jail_child_fail(c->err_wr, &e);
@@ -201,6 +205,11 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
 	    jail_seccomp_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
+	/* A host (moat serve: no parent-death signal) that died during the
+	 * set-up never learnt of this sandbox: nobody would ever stop it. */
+	if (jail_host_gone(c))
+		_exit(125);
+	close(c->sync_rd);
 
 	if (c->l->agent)
 		exec_agent(c);

@@ -558,7 +558,7 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			continue;
 		}
 		struct stat st;
-		int fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+		int fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
 		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !plain_fs(fd)) {
 			agent_fail(r, "patch_failed", "%s: %s", f->path,
 				   fd < 0 ? strerror(errno) : "not a regular file");
@@ -682,7 +682,7 @@ static int pack_dir(const char *dir, const char *rel, struct moat_buf *b, uint64
 			en.data = target;
 			en.size = (uint64_t)n;
 		} else if (S_ISREG(st.st_mode)) {
-			int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+			int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 			size_t got = 0;
 			*total += (uint64_t)st.st_size;
 			if (*total > MAX_READ) {

@@ -225,7 +225,10 @@ static void answer(struct wait *w, struct proc *p)
 		/* Only a delivered end forgets the process. */
 		if (done(p) && agent_conn_alive(w->r.conn)) {
 			proc_free(p);
-		} else if (!done(p)) {
+		} else if (!done(p) && agent_conn_alive(w->r.conn)) {
+			/* not if the reply failed and closed the connection:
+			 * its slot may serve the next daemon, whose call ids
+			 * start again */
 			p->ans_conn = w->r.conn;
 			p->ans_call = w->r.id;
 		}

@@ -218,13 +218,28 @@ static void pend_free(struct pend *p)
 	free(p);
 }
 
+/* An exec bound to its request ends with it, like a command whose
+ * terminal went away; its record is not kept. Cancelling the pending call
+ * is not enough once the process is known: the agent may have answered
+ * that call already (the answer is crossing the cancel), so the process
+ * is also killed by its id. */
+static void abort_exec(struct pend *p)
+{
+	box_abort(p->b, p);
+	if (p->kind != P_WAIT || p->pid <= 0)
+		return;
+	json_t *op = json_pack("{s:s,s:I,s:s,s:b}", "op", "signal", "process_id",
+			       (json_int_t)p->pid, "signal", "KILL", "forget", 1);
+	if (op)
+		box_call(p->b, op, NULL, 0, NULL, NULL);
+	json_decref(op);
+}
+
 static void on_client_gone(struct evhttp_connection *c, void *arg)
 {
 	struct pend *p = arg;
-	/* an exec bound to its request (no yield) ends with it, like a
-	 * command whose terminal went away; its record is not kept */
 	if (p->b && (p->kind == P_WAIT || p->kind == P_EXEC) && !p->yield)
-		box_abort(p->b, p);
+		abort_exec(p);
 	else if (p->b)
 		box_cancel(p->b, p);
 	/* libevent found the connection broken itself (a write of a streamed
@@ -253,7 +268,7 @@ static void on_hangup(evutil_socket_t fd, short what, void *arg)
 		 * frees the request and the connection itself) */
 		struct evhttp_request *req = p->req;
 		if (p->b)
-			box_abort(p->b, p);
+			abort_exec(p);
 		pend_done(p);
 		pend_free(p);
 		evhttp_send_reply_end(req);

@@ -895,6 +895,9 @@ static void restore_one(void *arg, const struct store_row *r)
 	json_t *cg = json_loads(r->cgroups, 0, NULL);
 	bool ok_id = strlen(r->id) < sizeof b->id && strspn(r->id, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(r->id);
 	if (!b || !spec || !json_is_array(cg) || !ok_id) {
+		/* said, not dropped silently: its sandbox may still run */
+		fprintf(stderr, "moat serve: the stored record of sandbox %.64s is unreadable; "
+			"it is left as it is (pid %d)\n", r->id, (int)r->pid);
 		json_decref(spec);
 		json_decref(cg);
 		free(b);

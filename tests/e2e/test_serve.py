@@ -3083,6 +3083,34 @@ def test_restart_after_sigterm_and_dead_sandbox():
         d.stop()
 
 
+def test_restart_with_an_unreadable_record_says_so():
+    """A record the restarted daemon cannot read is named in its log, the
+    sandbox it describes is left alone (it may run), and the rest serve."""
+    d = Daemon()
+    try:
+        a = d.create()["id"]
+        b = d.create()["id"]
+        agent_b = d.agent_pid(b)
+        assert d.term() == 0, d.log()
+        con = sqlite3.connect(str(d.data / "moat.db"), timeout=5)
+        try:
+            con.execute("UPDATE sandboxes SET spec = '{not json' WHERE id = ?", (b,))
+            con.commit()
+        finally:
+            con.close()
+        d.start()
+        assert d.ids() == [a]
+        assert f"the stored record of sandbox {b} is unreadable" in d.log(), d.log()
+        assert not gone(agent_b)
+        assert (d.data / "sandboxes" / b).is_dir()
+        assert d.sh(a, "echo ok") == "ok\n"
+        d.rm(a)
+    finally:
+        d.stop()
+        if not gone(agent_b):
+            os.kill(agent_b, signal.SIGKILL)
+
+
 # =====================================================================================
 # 6. Reaping
 # =====================================================================================

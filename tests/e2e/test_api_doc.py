@@ -45,14 +45,20 @@ def daemon():
     log = open(os.path.join(data, "log"), "w")
     p = subprocess.Popen([binary, "serve", "--listen", f"127.0.0.1:{port}", "--data",
                           os.path.join(data, "d"), "--pool", "0"], stdout=log, stderr=log)
-    for _ in range(100):
+    end = time.monotonic() + 30
+    while True:
         try:
             c = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
             c.request("GET", "/healthz")
             if c.getresponse().status == 200:
                 break
         except OSError:
-            time.sleep(0.05)
+            pass
+        if time.monotonic() > end or p.poll() is not None:
+            p.kill()
+            with open(os.path.join(data, "log")) as f:
+                pytest.fail("moat serve did not come up: " + f.read()[-2000:])
+        time.sleep(0.05)
     yield port
     c = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
     c.request("GET", "/v1/sandboxes")

@@ -1326,9 +1326,10 @@ def test_exec_timeout_kills_the_process_group(srv, box):
     assert j["timed_out"] is False and j["stdout"] == "fine\n", j
     # a yielded process times out too; its end tells
     r = srv.ex(box, "echo before; sleep 30", timeout_ms=700, yield_ms=100)
-    assert r["running"] is True and r["stdout"] == "before\n", r
+    assert r["running"] is True, r  # "before" may come with the next read on a slow day
     s = srv.stdin(box, r["process_id"], yield_ms=10000).json()
     assert s["running"] is False and s["timed_out"] is True and s["exit_code"] == 137, s
+    assert r["stdout"] + s["stdout"] == "before\n", (r, s)
 
 
 def test_exec_output_limits(srv, box):
@@ -1345,8 +1346,8 @@ def test_exec_output_limits(srv, box):
     j = srv.ex(box, "head -c 1048576 /dev/zero | tr '\\0' d")
     assert j["truncated"] is False and len(j["stdout"]) == 1048576
     # with yield, the limit bounds what is kept between two reads
-    r = srv.ex(box, "head -c 6000 /dev/zero | tr '\\0' e; sleep 0.6; echo end",
-               max_output_bytes=4000, yield_ms=300)
+    r = srv.ex(box, "head -c 6000 /dev/zero | tr '\\0' e; sleep 3; echo end",
+               max_output_bytes=4000, yield_ms=1500)
     assert r["running"] is True, r
     assert r["stdout"] == "e" * 4000 and r["truncated"] is True, (len(r["stdout"]), r["truncated"])
     out = ""
@@ -1398,9 +1399,10 @@ def test_exec_yield_and_stdin_with_cat(srv, box):
     assert_error(srv.stdin(box, pid, yield_ms=10), 404, "not_found")
     # stdin given with yield_ms stays open
     r = srv.ex(box, "cat", stdin="pre\n", yield_ms=500)
-    assert r["running"] is True and r["stdout"] == "pre\n", r
+    assert r["running"] is True, r
     s = srv.stdin(box, r["process_id"], close=True, yield_ms=5000).json()
     assert s["running"] is False and s["exit_code"] == 0, s
+    assert r["stdout"] + s["stdout"] == "pre\n", (r, s)
 
 
 def test_exec_yield_interactive_shell(srv, box):
@@ -1474,7 +1476,13 @@ def test_processes_list_and_signals(srv, box):
     c = srv.ex(box, "trap 'echo got-int; exit 9' INT; echo ready; "
                     "while true; do sleep 0.1; done", yield_ms=500)
     assert a["running"] and b["running"] and c["running"]
-    assert c["stdout"] == "ready\n", c
+    # the trap is set once "ready" is out (it may take more than the yield)
+    out, end = c["stdout"], time.monotonic() + 20
+    while "ready" not in out and time.monotonic() < end:
+        s = srv.stdin(box, c["process_id"], yield_ms=500).json()
+        assert s["running"], s
+        out += s["stdout"]
+    assert out == "ready\n", out
     r = srv.get(f"/v1/sandboxes/{box}/processes")
     assert r.status == 200, r
     procs = {p["process_id"]: p for p in r.json()["processes"]}
@@ -1606,8 +1614,16 @@ def test_sse_client_gone_ends_the_process():
     d = Daemon()  # its own: see test_sse_client_gone_leaks_nothing
     try:
         sid = d.create()["id"]
-        time.sleep(1)  # the pool refills a moment after a create
-        fds = fd_count(d.pid)
+        # the pool refills a moment after a create: count once it is full
+        # and the daemon's descriptors hold still
+        assert wait_until(lambda: sum(st == "pooled" for _, _, st in d.db_rows()) >= 2,
+                          timeout=30), d.db_rows()
+
+        def steady():
+            a = fd_count(d.pid)
+            time.sleep(0.3)
+            return a == fd_count(d.pid) and a
+        fds = wait_until(steady, timeout=15) or fd_count(d.pid)
         ms = sse_hang_up(d, sid, 3)
         assert wait_until(lambda: not any(pids_with(m) for m in ms), timeout=10)
         assert wait_until(lambda: fd_count(d.pid) <= fds, timeout=5), (fds, fd_count(d.pid))
@@ -3000,7 +3016,7 @@ def test_restart_after_kill9_keeps_process_and_output():
         out = r["stdout"]
         # and one that ends while no daemon runs
         r2 = d.ex(sid, "echo a; sleep 0.5; echo b; exit 3", yield_ms=100)
-        assert r2["running"] is True and r2["stdout"] == "a\n", r2
+        assert r2["running"] is True, r2  # "a" may come later on a slow day
         agent = d.agent_pid(sid)
         cg = cgroup_dirs_of(agent)
         old = d.pid
@@ -3029,7 +3045,8 @@ def test_restart_after_kill9_keeps_process_and_output():
         assert s["exit_code"] == 0, s
         assert out.split() == [str(i) for i in range(1, 31)], out
         s2 = d.stdin(sid, r2["process_id"], yield_ms=1000).json()
-        assert s2["running"] is False and s2["exit_code"] == 3 and s2["stdout"] == "b\n", s2
+        assert s2["running"] is False and s2["exit_code"] == 3, s2
+        assert r2["stdout"] + s2["stdout"] == "a\nb\n", (r2, s2)
         assert d.fread(sid, "keep.txt") == b"kept"
         assert d.sh(sid, "echo after") == "after\n"
         d.rm(sid)
@@ -3134,9 +3151,11 @@ def test_idle_and_lifetime_reaping(srv):
         if life not in gone_at:
             srv.get(f"/v1/sandboxes/{life}")  # activity does not extend a lifetime
         time.sleep(0.25)
-    assert idle in gone_at and 1.5 <= gone_at[idle] <= 6, gone_at
+    # (upper bounds with room for a loaded machine: the reaper ticks each
+    # second and an idle sandbox is pinged before it goes)
+    assert idle in gone_at and 1.5 <= gone_at[idle] <= 12, gone_at
     # (created_at has whole seconds: the lifetime may end up to 1 s early)
-    assert life in gone_at and 1.8 <= gone_at[life] <= 7, gone_at
+    assert life in gone_at and 1.8 <= gone_at[life] <= 12, gone_at
     assert busy in gone_at and gone_at[busy] >= 6, gone_at
     for s, a in agents.items():
         assert_error(srv.get(f"/v1/sandboxes/{s}"), 404, "not_found")

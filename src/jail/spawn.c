@@ -149,9 +149,11 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	for (size_t i = 0; i < c->nlocks; i++)
 		close(c->locks[i]);
 	/* Out of the caller's process group: a terminal's Ctrl-C (or a kill
-	 * of the group) reaches pid 1 only through the host's forwarding,
-	 * not a second time directly. */
-	if (setsid() < 0) {
+	 * of the group) reaches the supervisor only through the host's
+	 * forwarding, not a second time directly. Not for moat serve's agent:
+	 * it blocks every signal and the daemon forwards none, and as a
+	 * session leader its execs measured 0.15-0.2 ms slower. */
+	if (!c->l->agent && setsid() < 0) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "setsid");
 		jail_child_fail(c->err_wr, &e);
 	}

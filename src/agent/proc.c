@@ -222,15 +222,16 @@ static void answer(struct wait *w, struct proc *p)
 		p->out.delivered += p->out.len;
 		p->err.delivered += p->err.len;
 		p->out.len = p->err.len = 0;
-		/* Only a delivered end forgets the process. */
-		if (done(p) && agent_conn_alive(w->r.conn)) {
-			proc_free(p);
-		} else if (!done(p) && agent_conn_alive(w->r.conn)) {
-			/* not if the reply failed and closed the connection:
-			 * its slot may serve the next daemon, whose call ids
-			 * start again */
-			p->ans_conn = w->r.conn;
-			p->ans_call = w->r.id;
+		/* Only a delivered end forgets the process; a reply that
+		 * failed closed the connection, whose slot may serve the next
+		 * daemon (its call ids start again): nothing is noted then. */
+		if (agent_conn_alive(w->r.conn)) {
+			if (done(p)) {
+				proc_free(p);
+			} else {
+				p->ans_conn = w->r.conn;
+				p->ans_call = w->r.id;
+			}
 		}
 	}
 	w->used = false;

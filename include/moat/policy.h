@@ -38,6 +38,11 @@ struct moat_policy {
 	bool workspace_write; /* false in read-only mode */
 	enum moat_fs_base fs_base;
 	struct moat_strv allow_read, deny_read, allow_write, deny_write;
+	struct moat_strv protect_repos; /* absolute paths inside a writable root:
+					 * git repositories placed there before
+					 * the start (moat serve's git_repo
+					 * entries), protected like a nested
+					 * repository whatever their depth */
 	enum moat_net_mode net;
 	struct moat_strv net_allow, net_deny; /* domain patterns (gateway) */
 	struct moat_strv net_secrets;  /* "NAME@host1,host2" (gateway) */

@@ -10,7 +10,8 @@ int moat_cmd_doctor(int argc, char **argv);
 #include <moat/policy.h>
 struct run_gate;
 int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net_log,
-		   const char *upstream_ca, struct run_gate **out, struct moat_err *e);
+		   const char *upstream_ca, const struct moat_strv *ceiling,
+		   struct run_gate **out, struct moat_err *e);
 /* Hand over the sandbox's listening sockets (closed here). */
 int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e);
 /* Stop it, print each refused destination, clean up. NULL is fine. */

@@ -112,7 +112,8 @@ static void gate_free(struct run_gate *g)
 }
 
 int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net_log,
-		   const char *upstream_ca, struct run_gate **out, struct moat_err *e)
+		   const char *upstream_ca, const struct moat_strv *ceiling,
+		   struct run_gate **out, struct moat_err *e)
 {
 	*out = NULL;
 	struct run_gate *g = calloc(1, sizeof *g);
@@ -160,6 +161,12 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 				      json_pack("{s:s,s:s,s:o}", "placeholder", ph, "value", value,
 						"hosts", hosts));
 		env_set(env, name, ph);
+	}
+	if (ceiling && ceiling->n) {
+		json_t *c = json_array();
+		for (size_t i = 0; i < ceiling->n; i++)
+			json_array_append_new(c, json_string(ceiling->v[i]));
+		json_object_set_new(cfg, "ceiling", c);
 	}
 	if (net_log)
 		json_object_set_new(cfg, "log", json_string(net_log));

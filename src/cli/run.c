@@ -25,7 +25,7 @@ enum {
 	OPT_ALLOW_READ = 256, OPT_DENY_READ, OPT_ALLOW_WRITE, OPT_DENY_WRITE, OPT_ENV,
 	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
 	OPT_MODE, OPT_DEGRADED, OPT_ALLOW_DOMAIN, OPT_DENY_DOMAIN, OPT_RESOLVE, OPT_SECRET,
-	OPT_NET_LOG, OPT_UPSTREAM_CA,
+	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING,
 };
 
 static const struct option opts[] = {
@@ -50,6 +50,7 @@ static const struct option opts[] = {
 	{"secret", required_argument, NULL, OPT_SECRET},
 	{"net-log", required_argument, NULL, OPT_NET_LOG},
 	{"upstream-ca", required_argument, NULL, OPT_UPSTREAM_CA},
+	{"net-ceiling", required_argument, NULL, OPT_NET_CEILING},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -77,6 +78,8 @@ static void usage(FILE *f)
 	      "                          puts $NAME's real value in requests to HOST\n"
 	      "      --net-log FILE      the gateway's decisions, one JSON line each\n"
 	      "      --upstream-ca FILE  CAs the gateway trusts upstream (default: the system's)\n"
+	      "      --net-ceiling PAT   every destination must also match PAT (repeatable;\n"
+	      "                          moat serve passes its --net-allow for manifest clones)\n"
 	      "      --policy FILE       native JSON policy (docs/policy.md)\n"
 	      "      --srt-settings FILE sandbox-runtime (srt) settings file\n"
 	      "      --mode MODE         read-only | workspace-write | danger-full-access\n"
@@ -238,6 +241,7 @@ int moat_cmd_run(int argc, char **argv)
 		return moat_cli_fail("out of memory");
 	size_t nflags = 0;
 	const char *mode = NULL, *policy = NULL, *srt = NULL, *net_log = NULL, *upstream_ca = NULL;
+	struct moat_strv ceiling = {0};
 	optind = 1;
 	opterr = 0;
 	int c;
@@ -268,6 +272,9 @@ int moat_cmd_run(int argc, char **argv)
 		case OPT_UPSTREAM_CA:
 			upstream_ca = optarg;
 			break;
+		case OPT_NET_CEILING:
+			moat_strv_add(&ceiling, optarg);
+			break;
 		default:
 			/* "--memory -- cmd" would take "--" as the size */
 			if (optarg && strcmp(optarg, "--") == 0)
@@ -275,17 +282,21 @@ int moat_cmd_run(int argc, char **argv)
 			flags[nflags++] = (struct flag){c, optarg};
 		}
 	}
-	if (optind >= argc)
+	if (optind >= argc) {
+		moat_strv_free(&ceiling);
 		return moat_cli_fail("no command given (usage: moat run [OPTIONS] -- COMMAND [ARG...])");
+	}
 	char *const *cmd = argv + optind;
 
 	char cwd[PATH_MAX];
 	if (!getcwd(cwd, sizeof cwd))
 		return moat_cli_fail("current directory: %s", strerror(errno));
 	_cleanup_free_ char *home = find_home();
-	if (!home)
+	if (!home) {
+		moat_strv_free(&ceiling);
 		return moat_cli_fail("cannot tell your home directory: HOME is unset and uid %u "
 				     "is not in /etc/passwd (set HOME)", (unsigned)getuid());
+	}
 
 	struct moat_policy p;
 	struct moat_err e = {0};
@@ -317,11 +328,12 @@ int moat_cmd_run(int argc, char **argv)
 		goto out_err;
 	if (check_net_rules(&p, &e) < 0)
 		goto out_err;
-	if (p.gateway && run_gate_start(&p, &env, net_log, upstream_ca, &gate, &e) < 0)
+	if (p.gateway && run_gate_start(&p, &env, net_log, upstream_ca, &ceiling, &gate, &e) < 0)
 		goto out_err;
-	if (!p.gateway && (net_log || upstream_ca)) {
+	if (!p.gateway && (net_log || upstream_ca || ceiling.n)) {
 		moat_err_set(&e, MOAT_E_USAGE, 0, "%s: only with --allow-domain or --secret "
-			     "(the egress gateway)", net_log ? "--net-log" : "--upstream-ca");
+			     "(the egress gateway)", net_log ? "--net-log" : upstream_ca ?
+			     "--upstream-ca" : "--net-ceiling");
 		goto out_err;
 	}
 
@@ -390,6 +402,7 @@ out:
 	moat_jail_destroy(j);
 	run_gate_finish(gate);
 	moat_strv_free(&env);
+	moat_strv_free(&ceiling);
 	moat_policy_free(&p);
 	return rc;
 }

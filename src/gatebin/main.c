@@ -4,7 +4,7 @@
  * needs). `moat run` starts it with a control socket on fd 3:
  *
  *   run -> gate  {"name", "allow", "deny", "resolve", "secrets":[{"placeholder",
- *                 "value","hosts"}], "log", "upstream_ca"}
+ *                 "value","hosts"}], "log", "upstream_ca", "ceiling":[PAT]}
  *   gate -> run  {"ok":true, "ca":"PEM or null"}  |  {"error":"..."}
  *   run -> gate  "L" with the two listening sockets (SCM_RIGHTS)
  *   run -> gate  "S" (stop), or the socket closes
@@ -120,6 +120,24 @@ int main(int argc, char **argv)
 				return fail("%s", e.msg);
 		}
 	}
+	/* moat serve's --net-allow, for the clones of its manifests: every
+	 * destination must pass it too, as in the daemon's own gateway */
+	struct gate_policy *ceil = NULL;
+	json_t *cv = json_object_get(cfg, "ceiling");
+	if (cv) {
+		ceil = calloc(1, sizeof *ceil);
+		if (!ceil || !json_is_array(cv) || !json_array_size(cv))
+			return fail("%s", "ceiling: a non-empty list of patterns");
+		gate_policy_init(ceil);
+		size_t i;
+		json_t *v;
+		json_array_foreach(cv, i, v)
+		{
+			if (!json_is_string(v) ||
+			    gate_policy_add_allow(ceil, json_string_value(v), &e) < 0)
+				return fail("ceiling: %s", json_is_string(v) ? e.msg : "not a string");
+		}
+	}
 	FILE *log = NULL;
 	const char *logpath = json_string_value(json_object_get(cfg, "log"));
 	if (logpath && !(log = fopen(logpath, "ae")))
@@ -133,6 +151,8 @@ int main(int argc, char **argv)
 	box = gate_box_new(g, name ? name : "run", pol, NULL, log, &e);
 	if (!box)
 		return fail("%s", e.msg);
+	if (ceil)
+		gate_box_set_ceiling(box, ceil);
 	size_t i;
 	json_t *s;
 	json_array_foreach(json_object_get(cfg, "secrets"), i, s)
@@ -165,6 +185,10 @@ int main(int argc, char **argv)
 	send_json(json_pack("{s:o}", "refused", refused));
 	event_free(ctl);
 	gate_box_free(box);
+	if (ceil) {
+		gate_policy_free(ceil);
+		free(ceil);
+	}
 	gate_free(g);
 	event_base_free(base);
 	if (log)

@@ -48,6 +48,8 @@ struct mop {
 				   * host makes placeholders; NULL = none (tmpfs) */
 	const char *const *names; /* MOP_PROTECT: relative names */
 	struct moat_strv extra;   /* MOP_PROTECT: user deny-write paths (relative) */
+	struct moat_strv repos;   /* MOP_PROTECT: repositories to scan as nested
+				   * ones at any depth (relative) */
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
 	struct moat_strv secrets; /* MOP_PROTECT: missing secrets paths (relative):
 				   * parents created for real, the leaf protected */
@@ -138,7 +140,7 @@ int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, const struct moat_strv *secrets,
-		       int opidx, char *report, size_t report_cap, struct moat_err *e);
+		       const struct moat_strv *repos, int opidx, char *report, size_t report_cap, struct moat_err *e);
 /* Host side, right after clone (in parallel with the child's first mounts):
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */

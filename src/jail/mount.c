@@ -71,6 +71,7 @@ void jail_mount_free(struct jail_ctx *c)
 		free(c->ops[i].dst);
 		free(c->ops[i].host);
 		moat_strv_free(&c->ops[i].extra);
+		moat_strv_free(&c->ops[i].repos);
 		moat_strv_free(&c->ops[i].watch);
 		moat_strv_free(&c->ops[i].secrets);
 		if (c->ops[i].fd >= 0)
@@ -259,6 +260,20 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			const char *d = p->deny_write.v[j];
 			if (moat_path_within(d, b[i].path) && strcmp(d, b[i].path) != 0)
 				moat_strv_add(&op->extra, d + rl);
+		}
+		/* Repositories placed before the start: their .git names get
+		 * placeholders like the top's (a clone made with an empty
+		 * template has no .git/hooks to bind read-only), and the child
+		 * scans them as nested repositories, however deep. */
+		for (size_t j = 0; op->names && j < p->protect_repos.n; j++) {
+			const char *r = p->protect_repos.v[j];
+			if (!moat_path_within(r, b[i].path) || strcmp(r, b[i].path) == 0)
+				continue;
+			moat_strv_add(&op->repos, r + rl);
+			for (size_t n = 0; op->names[n]; n++)
+				if (!strncmp(op->names[n], ".git/", 5))
+					moat_strv_take(&op->extra,
+						       moat_strdupf("%s/%s", r + rl, op->names[n]));
 		}
 		/* A secret that does not exist yet must not be planted either
 		 * (~/.ssh/authorized_keys when the home is writable). */
@@ -525,7 +540,7 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 	char *rep = JAIL_REPORT(c->go);
 	while (used < JAIL_REPORT_CAP && rep[used]) /* earlier roots' records */
 		used += strlen(rep + used) + 1;
-	return jail_protect_child(fd, op->dst, op->names, &op->extra, &op->secrets,
+	return jail_protect_child(fd, op->dst, op->names, &op->extra, &op->secrets, &op->repos,
 				  (int)(op - c->ops), rep + used, JAIL_REPORT_CAP - used, e);
 }
 

@@ -456,7 +456,8 @@ static void scan(int dirfd, const char *rel, const char *const *names, int depth
 
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, const struct moat_strv *secrets,
-		       int opidx, char *report, size_t report_cap, struct moat_err *e)
+		       const struct moat_strv *repos, int opidx, char *report,
+		       size_t report_cap, struct moat_err *e)
 {
 	struct targets t = {0};
 	for (size_t i = 0; names && names[i]; i++)
@@ -470,6 +471,23 @@ int jail_protect_child(int rootfd, const char *root, const char *const *names,
 	size_t budget = SCAN_BUDGET;
 	if (names)
 		scan(rootfd, "", names, 0, &budget, &t);
+	/* Repositories placed before the start (moat serve's git_repo
+	 * entries) may lie deeper than the scan goes: each is scanned as a
+	 * nested one from its own directory (opened beneath the root, no
+	 * symlink followed), so its .git names and commondir are guarded. */
+	for (size_t i = 0; names && repos && i < repos->n; i++) {
+		struct open_how how = {.flags = O_PATH | O_DIRECTORY | O_CLOEXEC,
+				       .resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS};
+		int rfd = (int)syscall(SYS_openat2, rootfd, repos->v[i], &how, sizeof how);
+		if (rfd < 0) {
+			moat_strv_free(&t.nested_git);
+			free_targets(&t);
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect the repository %s/%s",
+					    root, repos->v[i]);
+		}
+		scan(rfd, repos->v[i], names, 1, &budget, &t);
+		close(rfd);
+	}
 	/* A tree too big to scan could hide a nested .git/hooks past the
 	 * budget (a hostile run can make it so): fail closed. */
 	if (budget == 0) {

@@ -59,6 +59,7 @@ void moat_policy_free(struct moat_policy *p)
 	moat_strv_free(&p->deny_read);
 	moat_strv_free(&p->allow_write);
 	moat_strv_free(&p->deny_write);
+	moat_strv_free(&p->protect_repos);
 	moat_strv_free(&p->net_allow);
 	moat_strv_free(&p->net_deny);
 	moat_strv_free(&p->net_secrets);

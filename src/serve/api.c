@@ -8,6 +8,7 @@
 #include "gate/addr.h"
 #include "gate/policy.h"
 #include "box.h"
+#include "clone.h"
 #include "http.h"
 #include "image.h"
 #include "job.h"
@@ -196,7 +197,8 @@ struct cjob {
 	struct box_spec s; /* network and image owned */
 	json_t *env, *body;
 	struct job *job;   /* NULL once ended */
-	char tmp[32];      /* the job's scratch directory (its clones) */
+	char tmp[32];      /* the job's seed directory (the clones): the workspace to be */
+	json_t *repos;     /* the repositories cloned into it (relative paths) */
 };
 
 static void pend_free(struct pend *p)
@@ -213,6 +215,7 @@ static void pend_free(struct pend *p)
 		free(p->cj->s.image);
 		json_decref(p->cj->env);
 		json_decref(p->cj->body);
+		json_decref(p->cj->repos);
 		free(p->cj);
 	}
 	free(p);
@@ -780,18 +783,51 @@ static void create_finish(struct evhttp_request *req, struct box_spec *s, json_t
 	     entries->p, entries->len);
 }
 
-/* In the job's child: build the manifest, write {"ok","errnum","msg",
- * "env"} (its length first, 4 bytes) and then the entry stream. */
+/* In the job's child: the manifest's git_repo entries, collected while it
+ * is validated and cloned once all of it is. */
+static int collect_git(void *arg, const char *where, const char *rel, const char *repo,
+		       const char *src, const char *ref, struct moat_err *e)
+{
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s?,s:s?}", "where", where, "rel", rel, "repo", repo,
+			      "src", src, "ref", ref);
+	if (!o || json_array_append_new(arg, o) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "%s", where);
+	return 0;
+}
+
+/* In the job's child: build the manifest and clone its repositories into
+ * the seed directory; write {"ok","errnum","msg","env","repos"} (its
+ * length first, 4 bytes) and then the entry stream. */
 static int manifest_job(int fd, void *arg)
 {
 	struct cjob *cj = arg;
 	struct moat_buf entries = {0};
 	struct moat_err e = {0};
-	manifest_set_tmpdir(cj->tmp);
+	json_t *gits = json_array(), *repos = json_array();
+	manifest_set_git(collect_git, gits);
 	int rc = manifest_build(json_object_get(cj->body, "manifest"), conf->host_paths, &entries,
 				cj->env, &e);
+	struct clone_ctx cc = {.network = cj->s.network, .ceiling = conf->net_allow,
+			       .memory = cj->s.memory, .pids = cj->s.pids,
+			       .cpu_milli = cj->s.cpu_milli};
+	size_t i;
+	json_t *g;
+	json_array_foreach(gits, i, g)
+	{
+		if (rc < 0)
+			break;
+		const char *rel = json_string_value(json_object_get(g, "rel"));
+		rc = clone_run(&cc, cj->tmp, json_string_value(json_object_get(g, "where")), rel,
+			       json_string_value(json_object_get(g, "repo")),
+			       json_string_value(json_object_get(g, "src")),
+			       json_string_value(json_object_get(g, "ref")), &e);
+		json_array_append_new(repos, json_string(rel));
+	}
+	json_decref(gits);
 	json_t *res = rc < 0 ? json_pack("{s:b,s:i,s:s}", "ok", 0, "errnum", e.errnum, "msg", e.msg)
-			     : json_pack("{s:b,s:O}", "ok", 1, "env", cj->env);
+			     : json_pack("{s:b,s:O,s:o}", "ok", 1, "env", cj->env, "repos", repos);
+	if (rc < 0)
+		json_decref(repos);
 	char *js = res ? json_dumps(res, JSON_COMPACT) : NULL;
 	uint32_t n = js ? (uint32_t)strlen(js) : 0;
 	int w = js && moat_write_all(fd, &n, sizeof n) == 0 && moat_write_all(fd, js, n) == 0 &&
@@ -825,6 +861,10 @@ static void on_manifest_job(void *arg, int status, const char *out, size_t len)
 	} else {
 		struct moat_buf entries = {.p = (char *)out + sizeof n + n,
 					   .len = len - sizeof n - n};
+		/* the clones are in the seed: it becomes the workspace */
+		cj->repos = json_incref(json_object_get(res, "repos"));
+		cj->s.seed = cj->tmp;
+		cj->s.repos = cj->repos;
 		create_finish(req, &cj->s, env, cj->body, &entries);
 	}
 	json_decref(res);
@@ -889,6 +929,14 @@ static void h_create(struct evhttp_request *req)
 	if (!parse_network(req, json_object_get(body, "network"), env, &s.network))
 		goto out;
 	json_t *m = json_object_get(body, "manifest");
+	if (m && json_is_object(m)) {
+		/* what a clone may fetch, refused before anything starts */
+		struct moat_err e = {0};
+		if (clone_check(m, s.network, conf->net_ceiling, s.disk != 0, &e) < 0) {
+			manifest_error(req, &e);
+			goto out;
+		}
+	}
 	if (m && !json_is_null(m) && manifest_is_slow(m)) {
 		/* a clone may take minutes: off the event loop, a few at a time,
 		 * and not for a create that would be refused anyway */
@@ -908,11 +956,10 @@ static void h_create(struct evhttp_request *req)
 		}
 		p->cj = cj;
 		njobs++;
-		snprintf(cj->tmp, sizeof cj->tmp, "/tmp/moat-job-XXXXXX");
-		if (!mkdtemp(cj->tmp)) {
-			cj->tmp[0] = '\0';
+		struct moat_err se = {0};
+		if (clone_seed_dir(cj->tmp, sizeof cj->tmp, &se) < 0) {
 			pend_done(p);
-			http_error(req, 500, "internal", "scratch directory: %s", strerror(errno));
+			http_error(req, 500, "internal", "%s", se.msg);
 			pend_free(p);
 			goto out;
 		}

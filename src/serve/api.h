@@ -15,6 +15,7 @@ struct api_config {
 	uint64_t max_file;       /* PUT files body limit */
 	uint64_t max_archive;    /* unpacked archive limit */
 	const struct gate_policy *net_ceiling; /* --net-allow, or NULL: no network */
+	char *const *net_allow;  /* the same patterns as given (for manifest clones) */
 	json_t *secrets;         /* the secret store: NAME -> value */
 };
 

@@ -659,6 +659,17 @@ static int listen_socket(const char *dir, struct moat_err *e)
 	return fd;
 }
 
+/* The manifest's clones, in the workspace before the start: protected as
+ * nested repositories however deep they lie (src/jail/protect.c). */
+static void seed_repos(const struct box_spec *spec, struct moat_policy *p)
+{
+	size_t i;
+	json_t *v;
+	json_array_foreach(spec->repos, i, v) if (json_is_string(v))
+		moat_strv_take(&p->protect_repos,
+			       moat_strdupf("%s/%s", p->workspace, json_string_value(v)));
+}
+
 /* Start a sandbox (not registered yet). */
 static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct moat_err *e)
 {
@@ -687,7 +698,11 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 		goto fail;
 	}
 	snprintf(ws, sizeof ws, "%s/%s/workspace", cwd, b->dir);
-	if (mkdir(b->dir, 0700) < 0 || mkdir(ws, 0755) < 0) {
+	if (spec->seed && spec->disk) { /* refused by the API already */
+		moat_err_set(e, MOAT_E_USAGE, 0, "a seeded workspace with a disk limit");
+		goto fail;
+	}
+	if (mkdir(b->dir, 0700) < 0 || (spec->seed ? rename(spec->seed, ws) : mkdir(ws, 0755)) < 0) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
 		goto fail;
 	}
@@ -710,6 +725,7 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 	network_policy(spec->network, &p);
 	if (moat_policy_finalize(&p, cwd, SANDBOX_HOME, e) < 0)
 		goto fail;
+	seed_repos(spec, &p);
 	moat_strv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
 	lfd = listen_socket(b->dir, e);
 	if (lfd < 0)
@@ -778,7 +794,7 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
 
 static bool poolable(const struct box_spec *s)
 {
-	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network &&
+	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 

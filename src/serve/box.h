@@ -41,6 +41,10 @@ struct box_spec {
 	int64_t timeout_s, idle_timeout_s;
 	json_t *network;    /* validated {"allow","deny","resolve","secrets":[{"env","hosts"}]}
 			     * with "placeholders": {NAME: placeholder}, or NULL */
+	const char *seed;   /* a directory (relative to the data dir) that becomes the
+			     * workspace (moved in: the manifest's clones), or NULL */
+	json_t *repos;      /* the repositories in it (relative paths), protected as
+			     * nested ones whatever their depth, or NULL */
 };
 
 int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);

@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "api.h"
 #include "box.h"
+#include "clone.h"
 #include "http.h"
 #include "job.h"
 #include "store.h"
@@ -123,7 +124,7 @@ int main(int argc, char **argv)
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
-	struct moat_strv host = {0};
+	struct moat_strv host = {0}, net_allow = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	struct gate_policy ceiling;
@@ -173,6 +174,7 @@ int main(int argc, char **argv)
 		case 'N':
 			if (gate_policy_add_allow(&ceiling, optarg, &e) < 0)
 				return fail("--net-allow: %s", e.msg, "");
+			moat_strv_add(&net_allow, optarg);
 			have_ceiling = true;
 			break;
 		case 'S': {
@@ -288,6 +290,7 @@ int main(int argc, char **argv)
 	cfg.net_ceiling = have_ceiling ? &ceiling : NULL;
 	cfg.secrets = secrets;
 	api.net_ceiling = cfg.net_ceiling;
+	api.net_allow = net_allow.v;
 	api.secrets = secrets;
 	cfg.host_paths = host.v;
 	api.host_paths = host.v;
@@ -295,6 +298,7 @@ int main(int argc, char **argv)
 	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	box_restore();
+	clone_sweep(); /* seeds of creates a killed daemon left */
 	if (http_start(base, listen, token, api_route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -318,6 +322,7 @@ int main(int argc, char **argv)
 	free(token);
 	free(real);
 	moat_strv_free(&host);
+	moat_strv_free(&net_allow);
 	close(cfg.agent_exe);
 	close(lock);
 	return 0;

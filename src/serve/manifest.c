@@ -157,50 +157,17 @@ static int copy_dir(struct mctx *c, const char *where, const char *host, const c
 	return rc;
 }
 
-static const char *tmp_base = "/tmp";
+static manifest_git_fn git_sink;
+static void *git_arg;
 
-void manifest_set_tmpdir(const char *dir)
+void manifest_set_git(manifest_git_fn fn, void *arg)
 {
-	tmp_base = dir;
+	git_sink = fn;
+	git_arg = arg;
 }
 
-static int run_git(char *const argv[])
-{
-	pid_t pid = fork();
-	if (pid < 0)
-		return -1;
-	if (pid == 0) {
-		int null = open("/dev/null", O_RDWR | O_CLOEXEC);
-		if (null >= 0) {
-			dup2(null, 0);
-			dup2(null, 1);
-		}
-		prctl(PR_SET_PDEATHSIG, SIGKILL); /* no orphaned clone */
-		setenv("GIT_TERMINAL_PROMPT", "0", 1);
-		setenv("GIT_CONFIG_NOSYSTEM", "1", 1);
-		alarm(300); /* a hung remote must not hang the daemon forever */
-		execvp("git", argv);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(pid, &st, 0) < 0)
-		if (errno != EINTR)
-			return -1;
-	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
-}
-
-static int rm_tree(const char *dir)
-{
-	char *argv[] = {"rm", "-rf", "--one-file-system", "--", (char *)dir, NULL};
-	pid_t pid = fork();
-	if (pid == 0) {
-		execvp("rm", argv);
-		_exit(127);
-	}
-	int st;
-	return pid > 0 && waitpid(pid, &st, 0) == pid ? 0 : -1;
-}
-
+/* Validated here; cloned by the sink (src/serve/clone.c: into the
+ * workspace, in a throwaway sandbox), never by the daemon itself. */
 static int git_entry(struct mctx *c, const char *where, json_t *v, const char *rel)
 {
 	const char *repo = json_string_value(json_object_get(v, "repo"));
@@ -215,38 +182,15 @@ static int git_entry(struct mctx *c, const char *where, json_t *v, const char *r
 		src = host_path(c, where, repo);
 		if (!src)
 			return -1;
-	} else if (!strncmp(repo, "https://", 8) || !strncmp(repo, "http://", 7) ||
-		   !strncmp(repo, "git://", 6) || !strncmp(repo, "ssh://", 6)) {
-		src = strdup(repo);
-	} else {
+	} else if (strncmp(repo, "https://", 8) && strncmp(repo, "http://", 7)) {
 		return fail(c, EINVAL, where,
-			    "repo %s: expected https://, http://, git://, ssh:// or an absolute path",
-			    repo);
+			    "repo %s: expected https://, http:// or an absolute host path", repo);
 	}
-	char tmp[PATH_MAX];
-	snprintf(tmp, sizeof tmp, "%s/moat-git-XXXXXX", tmp_base);
-	if (!mkdtemp(tmp)) {
+	if (!git_sink) {
 		free(src);
-		return fail(c, EINVAL, where, "%s", strerror(errno));
+		return fail(c, EINVAL, where, "git_repo entries are not cloned here%s", "");
 	}
-	char dst[PATH_MAX + 8];
-	snprintf(dst, sizeof dst, "%s/r", tmp);
-	char *clone[] = {"git", "-c", "protocol.ext.allow=never", "-c", "protocol.file.allow=always",
-			 "clone", "--quiet", "--no-hardlinks", "--", src, dst, NULL};
-	int rc = run_git(clone);
-	if (rc < 0) {
-		rc = fail(c, EINVAL, where, "git clone %s failed", repo);
-	} else if (ref) {
-		char *co[] = {"git", "-C", dst, "checkout", "--quiet", (char *)ref, "--", NULL};
-		if (run_git(co) < 0)
-			rc = fail(c, EINVAL, where, "git checkout %s failed", ref);
-	}
-	if (rc == 0) {
-		rc = put(c, where, 'd', rel, 0755, NULL, 0);
-		if (rc == 0)
-			rc = copy_dir(c, where, dst, rel, 0);
-	}
-	rm_tree(tmp);
+	int rc = git_sink(git_arg, where, rel, repo, src, ref, c->e);
 	free(src);
 	return rc;
 }

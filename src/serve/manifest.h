@@ -19,9 +19,13 @@
 int manifest_build(json_t *m, char *const *host_paths, struct moat_buf *out, json_t *env,
 		   struct moat_err *e);
 
-/* Where git clones go (default /tmp): a forked job's own directory, which
- * the daemon removes whatever becomes of the job. */
-void manifest_set_tmpdir(const char *dir);
+/* Who clones a git_repo entry (none: such entries are refused): called
+ * with the entry's name for errors, its workspace path, the repo as given,
+ * src (the resolved host path of a host repository, else NULL) and ref (or
+ * NULL); puts no entries into the stream. Returns 0 or -1 with e set. */
+typedef int (*manifest_git_fn)(void *arg, const char *where, const char *rel, const char *repo,
+			       const char *src, const char *ref, struct moat_err *e);
+void manifest_set_git(manifest_git_fn fn, void *arg);
 
 /* true when building m may take long (a git_repo entry: a clone): the
  * daemon then builds it in a forked job, off its event loop. */

@@ -225,12 +225,6 @@ static void git_opts(struct moat_strv *a, const char *src)
 	for (size_t i = 0; cfg[i]; i++)
 		add2(a, "-c", cfg[i]);
 	add2(a, "-c", src ? "protocol.file.allow=always" : "protocol.file.allow=never");
-	if (src) {
-		/* the source belongs to the host user, not the sandbox's */
-		char *sd = moat_strdupf("safe.directory=%s", src);
-		add2(a, "-c", sd);
-		free(sd);
-	}
 }
 
 /* The moat run command line around argv (from "git"). */
@@ -355,6 +349,11 @@ int clone_run(const struct clone_ctx *c, const char *seed, const char *where, co
 	add(&a, "--quiet");
 	add(&a, "--no-recurse-submodules");
 	add(&a, "--template=");
+	/* the source belongs to a host user, not the sandbox's (git's
+	 * ownership check); it is the only repository shown. Given to
+	 * upload-pack itself: git clears -c settings for a local transport. */
+	if (src)
+		add2(&a, "--upload-pack", "git -c safe.directory=* upload-pack");
 	add(&a, "--");
 	char *url = src ? moat_strdupf("file://%s", src) : strdup(repo);
 	add(&a, url);

@@ -1,0 +1,363 @@
+"""A manifest's git_repo entries (issue 9, finding 3 and the nested-repository
+point): the daemon never fetches on a sandbox's behalf with its own identity
+or network. Each clone runs in a throwaway sandbox (`moat run`) under the
+create's own egress rules, without the daemon's git config, credentials or
+ssh, and the cloned repository is protected inside the served sandbox like
+a nested repository of `moat run`.
+
+Evidence is on the host side: what a loopback listener received, which
+marker files the daemon's git config would have made, the bytes of the
+cloned .git on the host and what an archive download carries.
+"""
+import io
+import os
+import shutil
+import socket
+import subprocess
+import tarfile
+import threading
+import http.server
+from pathlib import Path
+
+import pytest
+
+from conftest import MOAT, host_lexists, uid_tag
+from test_serve import Daemon, assert_error, git
+
+BIN_DIR = os.path.dirname(MOAT)
+pytestmark = [
+    pytest.mark.skipif(not all(os.access(os.path.join(BIN_DIR, b), os.X_OK)
+                               for b in ("moat-serve", "moat-agent", "moat-gate")),
+                       reason=f"moat-serve / moat-agent / moat-gate not found next to {MOAT}"),
+    pytest.mark.skipif(not shutil.which("git"), reason="git is not installed"),
+]
+
+
+class Listener:
+    """A TCP listener on 127.0.0.1 that records every connection and the
+    first bytes sent on it, then closes it."""
+
+    def __init__(self):
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.seen = []
+        self.stopping = False
+        self.th = threading.Thread(target=self._loop, daemon=True)
+        self.th.start()
+
+    def _loop(self):
+        while not self.stopping:
+            try:
+                c, _ = self.sock.accept()
+            except OSError:
+                return
+            if self.stopping:
+                c.close()
+                return
+            c.settimeout(2)
+            try:
+                data = c.recv(4096)
+            except OSError:
+                data = b""
+            self.seen.append(data)
+            c.close()
+
+    def close(self):
+        self.stopping = True
+        try:
+            socket.create_connection(("127.0.0.1", self.port), timeout=2).close()
+        except OSError:
+            pass
+        self.th.join(5)
+        self.sock.close()
+
+
+@pytest.fixture
+def listener():
+    lst = Listener()
+    yield lst
+    lst.close()
+
+
+def make_repo(path, content="v1\n"):
+    path.mkdir(parents=True)
+    os.chmod(path, 0o755)
+    git("init", "-q", "-b", "main", cwd=path)
+    (path / "a.txt").write_text(content)
+    git("add", "a.txt", cwd=path)
+    git("commit", "-q", "-m", "one", cwd=path)
+    return path
+
+
+def tree_readable(root):
+    for dp, dns, fns in os.walk(root):
+        os.chmod(dp, 0o755)
+        for f in fns:
+            p = os.path.join(dp, f)
+            if not os.path.islink(p):
+                os.chmod(p, 0o644)
+
+
+def err_msg(r):
+    return r.json()["error"]["message"]
+
+
+# ---- fetches obey the sandbox's egress rules ----------------------------------
+
+def test_no_network_refused_naming_the_entry(listener):
+    d = Daemon()
+    try:
+        for entries, where in [
+                ({"r": {"type": "git_repo", "repo": f"http://127.0.0.1:{listener.port}/x.git"}},
+                 "manifest.entries.r"),
+                ({"r": {"type": "git_repo", "repo": f"https://127.0.0.1:{listener.port}/x.git"}},
+                 "manifest.entries.r"),
+                ({"d": {"type": "dir", "children": {"r": {
+                    "type": "git_repo", "repo": f"http://127.0.0.1:{listener.port}/x.git"}}}},
+                 "manifest.entries.d.children.r")]:
+            r = d.post("/v1/sandboxes", {"manifest": {"entries": entries}})
+            assert_error(r, 400, "invalid_request", where)
+            assert "no network" in err_msg(r), r.json()
+        assert listener.seen == [], listener.seen
+        assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+    finally:
+        d.stop()
+
+
+def test_host_outside_the_allowlist_refused(listener):
+    d = Daemon("--net-allow", "*.example.test", "--net-allow", "127.0.0.0/8")
+    try:
+        # the sandbox may reach a.example.test only
+        r = d.post("/v1/sandboxes", {"network": {"allow": ["a.example.test"]}, "manifest": {
+            "entries": {"r": {"type": "git_repo",
+                              "repo": f"http://127.0.0.1:{listener.port}/x.git"}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert "allowlist" in err_msg(r), r.json()
+        # the sandbox's allowlist has it, the operator's --net-allow does not
+        r = d.post("/v1/sandboxes", {"network": {"allow": ["other.test"],
+                                                 "resolve": ["other.test:127.0.0.1"]},
+                                     "manifest": {"entries": {"r": {
+                                         "type": "git_repo",
+                                         "repo": f"http://other.test:{listener.port}/x.git"}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert "--net-allow" in err_msg(r), r.json()
+        assert listener.seen == [], listener.seen
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("url", [
+    "ssh://127.0.0.1:{port}/x.git",
+    "ssh://git@127.0.0.1:{port}/x.git",
+    "git://127.0.0.1:{port}/x.git",
+    "git@127.0.0.1:x.git",
+    "ext::nc 127.0.0.1 {port}",
+    "file:///etc",
+])
+def test_other_transports_refused(listener, url):
+    d = Daemon("--net-allow", "127.0.0.0/8")
+    try:
+        r = d.post("/v1/sandboxes", {"network": {"allow": ["127.0.0.1"]}, "manifest": {
+            "entries": {"r": {"type": "git_repo", "repo": url.format(port=listener.port)}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert listener.seen == [], listener.seen
+    finally:
+        d.stop()
+
+
+def test_disk_limit_with_git_repo_refused():
+    d = Daemon(allow=True)
+    try:
+        repo = make_repo(d.allowed / "repo")
+        r = d.post("/v1/sandboxes", {"limits": {"disk": 64 << 20}, "manifest": {
+            "entries": {"r": {"type": "git_repo", "repo": str(repo)}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert "limits.disk" in err_msg(r), r.json()
+    finally:
+        d.stop()
+
+
+class DumbGit:
+    """A bare repository served over dumb HTTP on 127.0.0.1 (python's
+    http.server); records the paths requested."""
+
+    def __init__(self, root, src):
+        self.root = root
+        bare = root / "x.git"
+        subprocess.run(["git", "clone", "-q", "--bare", str(src), str(bare)], check=True,
+                       capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+        subprocess.run(["git", "-C", str(bare), "update-server-info"], check=True,
+                       capture_output=True)
+        self.paths = []
+        paths = self.paths
+
+        class H(http.server.SimpleHTTPRequestHandler):
+            def __init__(self, *a, **kw):
+                super().__init__(*a, directory=str(root), **kw)
+
+            def log_message(self, *a):
+                paths.append(self.path)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+        self.port = self.httpd.server_address[1]
+        self.th = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.th.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+def test_http_clone_goes_through_the_gateway_with_a_pin(tmp_path):
+    """The positive case: the create allows git.example.test and pins it to
+    the loopback server (the operator allows both the name and loopback);
+    the clone reaches the server through the gateway, by that name."""
+    d = Daemon("--net-allow", "git.example.test", "--net-allow", "127.0.0.1")
+    srv = None
+    try:
+        src = make_repo(d.base / "src", "over http\n")
+        srv = DumbGit(d.base / "served", src)
+        tree_readable(d.base / "served")
+        b = d.create(network={"allow": ["git.example.test"],
+                              "resolve": ["git.example.test:127.0.0.1"]},
+                     manifest={"entries": {"r": {
+                         "type": "git_repo", "repo": f"http://git.example.test:{srv.port}/x.git"}}})
+        try:
+            assert d.fread(b["id"], "r/a.txt") == b"over http\n"
+            assert any(p.startswith("/x.git/info/refs") for p in srv.paths), srv.paths
+        finally:
+            d.rm(b["id"])
+        # the same server by its address: not in the sandbox's allowlist
+        n = len(srv.paths)
+        r = d.post("/v1/sandboxes", {"network": {"allow": ["git.example.test"],
+                                                 "resolve": ["git.example.test:127.0.0.1"]},
+                                     "manifest": {"entries": {"r": {
+                                         "type": "git_repo",
+                                         "repo": f"http://127.0.0.1:{srv.port}/x.git"}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert len(srv.paths) == n, srv.paths
+    finally:
+        if srv:
+            srv.close()
+        d.stop()
+
+
+# ---- no identity of the daemon's ----------------------------------------------
+
+def test_daemon_git_config_has_no_effect(listener):
+    """The daemon's ~/.gitconfig rewrites URLs to the listener, names a hooks
+    directory, an fsmonitor and a credential helper that leave markers: none
+    of it applies to a manifest's clone."""
+    home = Path(f"/tmp/moat-e2e-gitrepo-home-{uid_tag()}")
+    home.mkdir(mode=0o755)
+    try:
+        marks = home / "marks"
+        marks.mkdir()
+        os.chmod(marks, 0o777)
+        hooks = home / "hooks"
+        hooks.mkdir()
+        for h in ("post-checkout", "pre-commit", "post-merge"):
+            (hooks / h).write_text(f"#!/bin/sh\ntouch {marks}/hook-{h}\n")
+            os.chmod(hooks / h, 0o755)
+        fsm = home / "fsmonitor"
+        fsm.write_text(f"#!/bin/sh\ntouch {marks}/fsmonitor\n")
+        os.chmod(fsm, 0o755)
+        d = Daemon(allow=True, env_extra={"HOME": str(home)})
+        try:
+            redirected = make_repo(d.allowed / "redirected", "from the host path\n")
+            plain = make_repo(d.allowed / "plain", "plain\n")
+            (home / ".gitconfig").write_text(
+                f'[url "http://127.0.0.1:{listener.port}/"]\n'
+                f"\tinsteadOf = {redirected}\n"
+                f"\tinsteadOf = file://{redirected}\n"
+                "[core]\n"
+                f"\thooksPath = {hooks}\n"
+                f"\tfsmonitor = {fsm}\n"
+                "[credential]\n"
+                f"\thelper = !touch {marks}/credential\n")
+            os.chmod(home / ".gitconfig", 0o644)
+            b = d.create(manifest={"entries": {
+                "p": {"type": "git_repo", "repo": str(plain)},
+                "q": {"type": "git_repo", "repo": str(redirected)}}})
+            try:
+                assert d.fread(b["id"], "p/a.txt") == b"plain\n"
+                assert d.fread(b["id"], "q/a.txt") == b"from the host path\n"
+            finally:
+                d.rm(b["id"])
+            assert listener.seen == [], listener.seen
+            assert sorted(os.listdir(marks)) == []
+        finally:
+            d.stop()
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+
+
+# ---- the host path transport ------------------------------------------------------
+
+def test_host_path_clone_only_under_allow_host_path():
+    d = Daemon(allow=True)
+    try:
+        repo = make_repo(d.allowed / "repo", "allowed\n")
+        b = d.create(manifest={"entries": {"r": {"type": "git_repo", "repo": str(repo)}}})
+        try:
+            assert d.fread(b["id"], "r/a.txt") == b"allowed\n"
+        finally:
+            d.rm(b["id"])
+        out = make_repo(d.outside / "repo", "outside\n")
+        r = d.post("/v1/sandboxes", {"manifest": {"entries": {
+            "r": {"type": "git_repo", "repo": str(out)}}}})
+        assert_error(r, 403, "forbidden", "manifest.entries.r")
+        # an allowed repository whose alternates point outside: the clone
+        # sees nothing but the allowed source
+        alt = make_repo(d.allowed / "alt", "alt\n")
+        objs = out / ".git" / "objects"
+        (alt / ".git" / "objects" / "info").mkdir(exist_ok=True)
+        (alt / ".git" / "objects" / "info" / "alternates").write_text(f"{objs}\n")
+        git("rm", "-q", "a.txt", cwd=alt)
+        git("commit", "-q", "-m", "rm", cwd=alt)
+        # history of alt only uses its own objects; the alternates line is
+        # unreachable inside the throwaway sandbox and must not break it
+        b = d.create(manifest={"entries": {"r": {"type": "git_repo", "repo": str(alt)}}})
+        d.rm(b["id"])
+    finally:
+        d.stop()
+
+
+# ---- the clone is protected inside the served sandbox ------------------------------
+
+@pytest.mark.parametrize("rel", ["r", "a/b/c/d/e/r"])
+def test_cloned_repo_git_dir_protected(rel):
+    d = Daemon(allow=True)
+    try:
+        repo = make_repo(d.allowed / "repo")
+        b = d.create(manifest={"entries": {rel: {"type": "git_repo", "repo": str(repo)}}})
+        sid = b["id"]
+        try:
+            hgit = d.ws(sid) / rel / ".git"
+            config = (hgit / "config").read_bytes()
+            j = d.ex(sid, f"cd {rel}; echo evil > .git/hooks/pre-commit; "
+                          "mkdir -p .git/hooks; echo evil > .git/hooks/post-checkout; "
+                          "chmod 777 .git/hooks; echo '[core] fsmonitor = evil' >> .git/config; "
+                          "mv .git/config .git/c2; mv .git/hooks .git/h2; "
+                          "echo x > .git/modules; echo DONE")
+            assert "DONE" in j["stdout"], j
+            assert not host_lexists(hgit / "hooks" / "pre-commit")
+            assert not host_lexists(hgit / "hooks" / "post-checkout")
+            assert (hgit / "config").read_bytes() == config
+            # git still works there
+            j = d.ex(sid, f"git -C {rel} log --format=%s && echo OK")
+            assert j["stdout"].endswith("OK\n"), j
+            # an archive download carries no planted hook or config
+            raw = d.get(f"/v1/sandboxes/{sid}/archive").body
+            with tarfile.open(fileobj=io.BytesIO(raw)) as t:
+                for m in t.getmembers():
+                    if m.isfile() and "/.git/" in "/" + m.name:
+                        data = t.extractfile(m).read()
+                        assert b"evil" not in data, m.name
+                        assert "/hooks/" not in m.name, m.name
+        finally:
+            d.rm(sid)
+    finally:
+        d.stop()

@@ -10,6 +10,7 @@ marker files the daemon's git config would have made, the bytes of the
 cloned .git on the host and what an archive download carries.
 """
 import io
+import json
 import os
 import shutil
 import socket
@@ -21,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import MOAT, host_lexists, uid_tag
-from test_serve import Daemon, assert_error, git
+from conftest import MOAT, host_lexists, pids_with, uid_tag, wait_until
+from test_serve import Daemon, assert_error, comm, end_clones, git, hanging_repo
 
 BIN_DIR = os.path.dirname(MOAT)
 pytestmark = [
@@ -360,4 +361,30 @@ def test_cloned_repo_git_dir_protected(rel):
         finally:
             d.rm(sid)
     finally:
+        d.stop()
+
+
+def test_abandoned_clone_leaves_no_sandbox_or_seed():
+    """The client of a create whose clone hangs hangs up: the throwaway
+    sandbox goes with the job (no process anywhere still names the
+    repository) and the seed directory is removed."""
+    d = Daemon(allow=True)
+    try:
+        repo = hanging_repo(d)
+        body = json.dumps({"manifest": {"entries": {
+            "r": {"type": "git_repo", "repo": str(repo)}}}}).encode()
+        c = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        c.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                  + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+        assert wait_until(lambda: [p for p in pids_with(str(repo)) if comm(p).startswith("git")],
+                          timeout=20), "no git clone started"
+        seeds = d.data / "clones"
+        assert [p for p in seeds.iterdir()], "no seed directory"
+        c.close()
+        assert wait_until(lambda: not pids_with(str(repo)), timeout=20), \
+            [(p, comm(p)) for p in pids_with(str(repo))]
+        assert wait_until(lambda: not list(seeds.iterdir()), timeout=10), list(seeds.iterdir())
+        assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+    finally:
+        end_clones(d)
         d.stop()

@@ -119,9 +119,9 @@ def test_no_network_refused_naming_the_entry(listener):
                     "type": "git_repo", "repo": f"http://127.0.0.1:{listener.port}/x.git"}}}},
                  "manifest.entries.d.children.r")]:
             r = d.post("/v1/sandboxes", {"manifest": {"entries": entries}})
+            assert listener.seen == [], listener.seen
             assert_error(r, 400, "invalid_request", where)
             assert "no network" in err_msg(r), r.json()
-        assert listener.seen == [], listener.seen
         assert d.get("/v1/sandboxes").json()["sandboxes"] == []
     finally:
         d.stop()

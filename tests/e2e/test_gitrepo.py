@@ -388,3 +388,35 @@ def test_abandoned_clone_leaves_no_sandbox_or_seed():
     finally:
         end_clones(d)
         d.stop()
+
+
+def test_moat_run_net_ceiling_bounds_the_gateway(listener, tmp_path):
+    """moat run --net-ceiling (what a manifest clone gets for each of the
+    daemon's --net-allow patterns): a destination the allowlist and a pin
+    admit is still refused when the ceiling does not cover it."""
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    os.chmod(tmp_path, 0o755)
+    os.chmod(ws, 0o777)
+    script = ("import urllib.request, sys\n"
+              "try:\n"
+              f"    urllib.request.urlopen('http://a.example.test:{listener.port}/x', timeout=20)\n"
+              "except Exception as e:\n"
+              "    print('ERR', getattr(e, 'code', e))\n")
+    base = [MOAT, "run", "-w", str(ws), "--allow-domain", "a.example.test",
+            "--resolve", "a.example.test:127.0.0.1"]
+    for ceiling in (["--net-ceiling", "b.example.test"],
+                    ["--net-ceiling", "*.example.test"]):
+        r = subprocess.run(base + ceiling + ["--", "/usr/bin/python3", "-c", script],
+                           capture_output=True, text=True, timeout=60)
+        if ceiling[1] == "b.example.test":
+            assert "ERR 403" in r.stdout, (r.stdout, r.stderr)
+            assert listener.seen == [], listener.seen
+            assert "outside the operator's --net-allow" in r.stderr, r.stderr
+        else:
+            # the ceiling covers it: the request reaches the listener
+            assert len(listener.seen) == 1 and listener.seen[0].startswith(b"GET /x"), \
+                (listener.seen, r.stderr)
+    r = subprocess.run([MOAT, "run", "-w", str(ws), "--net-ceiling", "x.test", "--", "true"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125 and "--net-ceiling" in r.stderr, r.stderr

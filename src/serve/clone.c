@@ -285,10 +285,11 @@ static int run(struct moat_strv *argv, char *msg, size_t cap)
 	int p[2];
 	if (pipe2(p, O_CLOEXEC) < 0)
 		return -1;
-	const char *home = getenv("HOME");
-	char *h = home && *home == '/' ? moat_strdupf("HOME=%s", home) : NULL;
-	/* nothing of the daemon's environment (GIT_*, SSH_AUTH_SOCK, proxies) */
-	char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8", h, NULL};
+	/* nothing of the daemon's environment (GIT_*, SSH_AUTH_SOCK, proxies),
+	 * and a home that is not the daemon's: moat run makes it a private
+	 * empty directory, as in a served sandbox */
+	char *envp[] = {"PATH=/usr/local/bin:/usr/bin:/bin", "LANG=C.UTF-8",
+			"HOME=/home/sandbox", NULL};
 	pid_t pid = fork();
 	if (pid == 0) {
 		prctl(PR_SET_PDEATHSIG, SIGKILL);
@@ -299,7 +300,6 @@ static int run(struct moat_strv *argv, char *msg, size_t cap)
 		dprintf(2, "cannot run %s: %s\n", argv->v[0], strerror(errno));
 		_exit(125);
 	}
-	free(h);
 	close(p[1]);
 	if (pid < 0) {
 		close(p[0]);

@@ -310,18 +310,36 @@ def test_host_path_clone_only_under_allow_host_path():
         r = d.post("/v1/sandboxes", {"manifest": {"entries": {
             "r": {"type": "git_repo", "repo": str(out)}}}})
         assert_error(r, 403, "forbidden", "manifest.entries.r")
-        # an allowed repository whose alternates point outside: the clone
-        # sees nothing but the allowed source
-        alt = make_repo(d.allowed / "alt", "alt\n")
-        objs = out / ".git" / "objects"
-        (alt / ".git" / "objects" / "info").mkdir(exist_ok=True)
-        (alt / ".git" / "objects" / "info" / "alternates").write_text(f"{objs}\n")
-        git("rm", "-q", "a.txt", cwd=alt)
-        git("commit", "-q", "-m", "rm", cwd=alt)
-        # history of alt only uses its own objects; the alternates line is
-        # unreachable inside the throwaway sandbox and must not break it
-        b = d.create(manifest={"entries": {"r": {"type": "git_repo", "repo": str(alt)}}})
-        d.rm(b["id"])
+    finally:
+        d.stop()
+
+
+def test_host_repo_cannot_pull_in_objects_from_outside():
+    """An allowed repository that borrows its objects from one outside the
+    --allow-host-path directories (alternates), or whose .git is a gitfile
+    pointing there: the clone sees only the allowed directory, so the
+    outside repository's content never reaches the sandbox."""
+    d = Daemon(allow=True)
+    try:
+        secret = f"OUTSIDE-{uid_tag()}\n"
+        out = make_repo(d.outside / "repo", secret)
+        alt = d.allowed / "alt"
+        subprocess.run(["git", "clone", "-q", "--shared", str(out), str(alt)], check=True,
+                       capture_output=True, env={**os.environ, "GIT_CONFIG_NOSYSTEM": "1"})
+        assert (alt / ".git" / "objects" / "info" / "alternates").exists()
+        gf = d.allowed / "gitfile"
+        gf.mkdir()
+        (gf / ".git").write_text(f"gitdir: {out}/.git\n")
+        tree_readable(d.base)
+        for name, src in (("alternates", alt), ("gitfile", gf)):
+            r = d.post("/v1/sandboxes", {"manifest": {"entries": {
+                "r": {"type": "git_repo", "repo": str(src)}}}})
+            if r.status == 201:
+                sid = r.json()["id"]
+                got = d.fget(sid, "r/a.txt")
+                d.rm(sid)
+                assert secret.encode() not in got.body, name
+            assert_error(r, 400, "invalid_request", "manifest.entries.r")
     finally:
         d.stop()
 

@@ -140,7 +140,8 @@ int jail_mount_pin(int fd, const char *what, struct moat_err *e);
 /* protect.c: mandatory write-deny inside a writable root */
 int jail_protect_child(int rootfd, const char *root, const char *const *names,
 		       const struct moat_strv *extra, const struct moat_strv *secrets,
-		       const struct moat_strv *repos, int opidx, char *report, size_t report_cap, struct moat_err *e);
+		       const struct moat_strv *repos, int opidx, char *report, size_t report_cap,
+		       struct moat_err *e);
 /* Host side, right after clone (in parallel with the child's first mounts):
  * create the placeholders the child will mount over. Best effort: what is
  * not created here the child creates itself. */

@@ -16,6 +16,7 @@ struct api_config {
 	uint64_t max_archive;    /* unpacked archive limit */
 	const struct gate_policy *net_ceiling; /* --net-allow, or NULL: no network */
 	json_t *secrets;         /* the secret store: NAME -> value */
+	const int64_t *quotas;   /* the operator's ceilings (MOAT_QUOTAS of them) */
 };
 
 void api_init(const struct api_config *c);

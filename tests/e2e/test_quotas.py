@@ -313,6 +313,26 @@ def test_quota_nproc_and_memlock_rlimits(run, ws):
         stop(p)
 
 
+def test_quota_defaults_leave_room_for_tools(run, ws):
+    """The defaults fit a watcher with thousands of watches (one instance
+    per tool, a watch per directory) and multiprocessing's primitives."""
+    r = run.py(textwrap.dedent(r'''
+        import ctypes, multiprocessing as mp, os
+        libc = ctypes.CDLL(None, use_errno=True)
+        fds = [libc.inotify_init1(0) for _ in range(4)]
+        assert min(fds) >= 0, fds
+        for i in range(4000):
+            d = "/tmp/w%d" % i
+            os.mkdir(d)
+            assert libc.inotify_add_watch(fds[i % 4], d.encode(), 0x100) >= 0, i
+        with mp.Pool(2) as p:
+            assert p.map(abs, [-1, -2]) == [1, 2]
+        q = mp.Queue(); q.put(7); assert q.get() == 7
+        print("ok")
+    '''), "--quota", "nproc=256")
+    assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
+
+
 def test_quota_namespaces_zero_inside(run, ws):
     r = run.py("import os\nfor k in sorted(os.listdir('/proc/sys/user')):\n"
                "    print(k, open('/proc/sys/user/' + k).read().strip())")

@@ -329,7 +329,7 @@ def test_quota_defaults_leave_room_for_tools(run, ws):
             assert p.map(abs, [-1, -2]) == [1, 2]
         q = mp.Queue(); q.put(7); assert q.get() == 7
         print("ok")
-    '''), "--quota", "nproc=256")
+    '''))
     assert r.returncode == 0 and r.stdout.strip() == "ok", (r.stdout, r.stderr)
 
 

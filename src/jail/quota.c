@@ -22,15 +22,21 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-/* The caller's own limit for key i, or -1 when unknown/unlimited. */
-static int64_t caller_limit(int i)
+/* The caller's own limit for key i, or -1 when unknown/unlimited. *dir
+ * caches an O_PATH descriptor of /proc/sys/user (one path walk, not one
+ * per file). */
+static int64_t caller_limit(int i, int *dir)
 {
 	const struct moat_quota_info *q = &moat_quota_info[i];
 	if (q->sysctl) {
-		char path[96], buf[32];
-		snprintf(path, sizeof path, "/proc/sys/user/%s", q->sysctl);
-		if (moat_read_file(path, buf, sizeof buf, NULL) < 0)
+		if (*dir < 0)
+			*dir = open("/proc/sys/user", O_PATH | O_DIRECTORY | O_CLOEXEC);
+		_cleanup_close_ int fd = *dir < 0 ? -1 : openat(*dir, q->sysctl, O_RDONLY | O_CLOEXEC);
+		char buf[32];
+		ssize_t n = fd < 0 ? -1 : read(fd, buf, sizeof buf - 1);
+		if (n <= 0)
 			return -1;
+		buf[n] = '\0';
 		char *end;
 		long long v = strtoll(buf, &end, 10);
 		return end != buf && v >= 0 ? v : -1;
@@ -42,12 +48,12 @@ static int64_t caller_limit(int i)
 	return (int64_t)rl.rlim_cur;
 }
 
-static int64_t default_of(int i)
+static int64_t default_of(int i, int *dir)
 {
 	const struct moat_quota_info *q = &moat_quota_info[i];
 	int64_t v = q->def;
 	if (q->frac) {
-		int64_t lim = caller_limit(i);
+		int64_t lim = caller_limit(i, dir);
 		if (lim >= 0 && lim / q->frac < v)
 			v = lim / q->frac;
 	}
@@ -56,15 +62,17 @@ static int64_t default_of(int i)
 
 void moat_jail_quota_defaults(int64_t q[MOAT_QUOTAS])
 {
+	_cleanup_close_ int dir = -1;
 	for (int i = 0; i < MOAT_QUOTAS; i++)
-		q[i] = default_of(i);
+		q[i] = default_of(i, &dir);
 }
 
 int jail_quota_prepare(struct jail_ctx *c, struct moat_err *e)
 {
 	(void)e;
+	_cleanup_close_ int dir = -1;
 	for (int i = 0; i < MOAT_QUOTAS; i++) {
-		int64_t v = c->p->quotas[i] >= 0 ? c->p->quotas[i] : default_of(i);
+		int64_t v = c->p->quotas[i] >= 0 ? c->p->quotas[i] : default_of(i, &dir);
 		struct rlimit rl;
 		/* an rlimit cannot be raised past the caller's hard limit */
 		if (!moat_quota_info[i].sysctl && getrlimit(moat_quota_info[i].rlimit, &rl) == 0 &&

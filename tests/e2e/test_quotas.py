@@ -445,6 +445,16 @@ def test_serve_quota_ceiling(served):
     check_outcome("sigpending", res, 5)
     assert res["limits"]["max_inotify_instances"] == 2, res
     assert host_probe("sigpending") == "ok"
+    # the client: moat create --quota NAME=N
+    env = dict(os.environ, MOAT_URL=f"http://127.0.0.1:{d.port}")
+    c = subprocess.run([MOAT, "create", "--quota", "inotify_instances=1"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert c.returncode == 0, c.stderr
+    g = d.get(f"/v1/sandboxes/{c.stdout.strip()}")
+    assert g.json()["limits"]["quotas"]["inotify_instances"] == 1, g
+    c = subprocess.run([MOAT, "create", "--quota", "inotify_instances=9"], env=env,
+                       capture_output=True, text=True, timeout=60)
+    assert c.returncode != 0 and "limits.quotas.inotify_instances" in c.stderr, c.stderr
     # kept in the spec: a restarted daemon still says so
     d.kill9()
     d.start()

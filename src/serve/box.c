@@ -457,6 +457,8 @@ static void random_id(char *out, size_t len)
 	out[len] = '\0';
 }
 
+_Static_assert(MOAT_QUOTAS <= 32, "box_spec.quota_set has a bit per quota");
+
 /* The ceilings a sandbox gets: what it asked for, else the operator's. */
 static int64_t quota_of(const struct box_spec *s, int i)
 {

@@ -91,6 +91,11 @@ void moat_cgroup_remove(const struct moat_strv *dirs);
 /* Kill anything left, remove cgroups and placeholder files, free. */
 void moat_jail_destroy(struct moat_jail *j);
 
+/* The default quotas for this caller (policy quotas of -1): each key's
+ * default, at most 1/frac of the caller's own limit (its user namespace's
+ * /proc/sys/user/max_*, its soft rlimit). See docs/policy.md "quotas". */
+void moat_jail_quota_defaults(int64_t q[MOAT_QUOTAS]);
+
 /* Milliseconds on a monotonic clock, for deadlines. */
 int64_t moat_now_ms(void);
 

@@ -24,6 +24,45 @@ enum moat_fs_base {
 	MOAT_FS_HOST_WRITE, /* the whole host writable (danger-full-access) */
 };
 
+/* Per-user kernel counts that cgroups do not bound (docs/policy.md
+ * "quotas"). Each sandbox's user namespace gets its own ceiling: a
+ * /proc/sys/user/max_* of that namespace, or an rlimit (soft and hard). */
+enum moat_quota {
+	MOAT_Q_INOTIFY_INSTANCES,
+	MOAT_Q_INOTIFY_WATCHES,
+	MOAT_Q_FANOTIFY_GROUPS,
+	MOAT_Q_FANOTIFY_MARKS,
+	MOAT_Q_USER_NS,
+	MOAT_Q_MNT_NS,
+	MOAT_Q_IPC_NS,
+	MOAT_Q_PID_NS,
+	MOAT_Q_NET_NS,
+	MOAT_Q_UTS_NS,
+	MOAT_Q_CGROUP_NS,
+	MOAT_Q_TIME_NS,
+	MOAT_Q_MQ_BYTES,
+	MOAT_Q_SIGPENDING,
+	MOAT_Q_NPROC,
+	MOAT_Q_MEMLOCK,
+	MOAT_QUOTAS
+};
+
+struct moat_quota_info {
+	const char *name;   /* policy key, --quota NAME */
+	const char *sysctl; /* file in /proc/sys/user, or NULL */
+	int rlimit;         /* RLIMIT_*, when sysctl is NULL */
+	int64_t def;        /* default ceiling ... */
+	unsigned frac;      /* ... at most the caller's own limit / frac (0: def) */
+	int64_t max;        /* largest accepted value */
+};
+extern const struct moat_quota_info moat_quota_info[MOAT_QUOTAS];
+/* The index of a quota key, or -1. */
+int moat_quota_find(const char *name);
+/* "NAME=N" (--quota): sets q[NAME]. Errors name the key. */
+int moat_quota_parse(int64_t q[MOAT_QUOTAS], const char *arg, struct moat_err *e);
+/* A value for key i: an integer from 0 to its max. */
+int moat_quota_check(int i, int64_t v, struct moat_err *e);
+
 struct moat_policy {
 	char *workspace;      /* NULL = current directory */
 	char *workspace_at;   /* where the workspace appears inside; NULL = the
@@ -54,6 +93,7 @@ struct moat_policy {
 	uint64_t pids;       /* 0 = no limit */
 	uint64_t cpu_milli;  /* 1000 = one CPU; 0 = no limit */
 	uint64_t timeout_ms; /* 0 = none */
+	int64_t quotas[MOAT_QUOTAS]; /* -1 = the default (moat_jail_quota_defaults) */
 	bool allow_degraded;
 	struct moat_strv warnings; /* for the front-end to print */
 	struct moat_strv hidden;   /* set by finalize: secrets to mask */

@@ -25,7 +25,7 @@ enum {
 	OPT_ALLOW_READ = 256, OPT_DENY_READ, OPT_ALLOW_WRITE, OPT_DENY_WRITE, OPT_ENV,
 	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
 	OPT_MODE, OPT_DEGRADED, OPT_ALLOW_DOMAIN, OPT_DENY_DOMAIN, OPT_RESOLVE, OPT_SECRET,
-	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING,
+	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING, OPT_QUOTA,
 };
 
 static const struct option opts[] = {
@@ -39,6 +39,7 @@ static const struct option opts[] = {
 	{"pids", required_argument, NULL, OPT_PIDS},
 	{"cpus", required_argument, NULL, OPT_CPUS},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
+	{"quota", required_argument, NULL, OPT_QUOTA},
 	{"net", required_argument, NULL, OPT_NET},
 	{"policy", required_argument, NULL, OPT_POLICY},
 	{"srt-settings", required_argument, NULL, OPT_SRT},
@@ -69,6 +70,8 @@ static void usage(FILE *f)
 	      "      --pids N            at most N processes and threads\n"
 	      "      --cpus N            CPU time, in CPUs (fractions allowed)\n"
 	      "      --timeout SECONDS   kill the sandbox after this long (exit 124)\n"
+	      "      --quota NAME=N      a per-user kernel count the sandbox may use, e.g.\n"
+	      "                          inotify_instances=4 (repeatable; docs/policy.md)\n"
 	      "      --net none|host     network: own empty namespace (default) or the host's\n"
 	      "      --allow-domain PAT  reach PAT through the egress gateway: example.com,\n"
 	      "                          *.example.com, with :port, an IP or a CIDR (repeatable)\n"
@@ -177,6 +180,9 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 		break;
 	case OPT_TIMEOUT:
 		r = moat_parse_scaled(f->arg, 1000, 31536000000ULL, &p->timeout_ms, e);
+		break;
+	case OPT_QUOTA:
+		r = moat_quota_parse(p->quotas, f->arg, e);
 		break;
 	case OPT_NET:
 		if (strcmp(f->arg, "none") == 0)

@@ -8,6 +8,8 @@
 #include <errno.h>
 #include <getopt.h>
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -29,7 +31,7 @@ static int parse_int(const char *s, long long min, long long max, const char *op
 
 enum {
 	OPT_MANIFEST = 256, OPT_IMAGE, OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_DISK,
-	OPT_ENV, OPT_METADATA, OPT_TIMEOUT, OPT_IDLE,
+	OPT_ENV, OPT_METADATA, OPT_TIMEOUT, OPT_IDLE, OPT_QUOTA,
 };
 
 static const struct option create_opts[] = {
@@ -43,6 +45,7 @@ static const struct option create_opts[] = {
 	{"metadata", required_argument, NULL, OPT_METADATA},
 	{"timeout", required_argument, NULL, OPT_TIMEOUT},
 	{"idle-timeout", required_argument, NULL, OPT_IDLE},
+	{"quota", required_argument, NULL, OPT_QUOTA},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -63,7 +66,9 @@ static void create_usage(FILE *f)
 	      "                           the caller's value (repeatable)\n"
 	      "      --metadata KEY=VALUE label the sandbox (repeatable)\n"
 	      "      --timeout SECONDS    remove the sandbox after this long (0: never)\n"
-	      "      --idle-timeout SECONDS  remove it after this long unused\n", f);
+	      "      --idle-timeout SECONDS  remove it after this long unused\n"
+	      "      --quota NAME=N       lower a per-user kernel ceiling, e.g.\n"
+	      "                           inotify_instances=4 (repeatable)\n", f);
 }
 
 static int load_manifest(const char *path, json_t **out, struct moat_err *e)
@@ -136,6 +141,25 @@ static int create_opt(json_t *body, json_t *limits, json_t *env, json_t *meta,
 		obj = limits;
 		key = "cpus";
 		break;
+	case OPT_QUOTA: {
+		/* limits.quotas.NAME = N; the server knows the names and ceilings */
+		const char *eq = strchr(arg, '=');
+		if (!eq || eq == arg)
+			return moat_err_set(e, MOAT_E_USAGE, 0, "--quota '%s': expected NAME=N", arg);
+		if (parse_int(eq + 1, 0, INT64_MAX, "--quota", &v, e) < 0)
+			return -1;
+		json_t *q = json_object_get(limits, "quotas");
+		if (!q && json_object_set_new(limits, "quotas", q = json_object()))
+			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "--quota");
+		char name[64];
+		snprintf(name, sizeof name, "%.*s", (int)(eq - arg) < 63 ? (int)(eq - arg) : 63, arg);
+		obj = q;
+		key = name;
+		val = json_integer(v);
+		if (!val || json_object_set_new(obj, key, val))
+			return moat_err_set(e, MOAT_E_USAGE, 0, "--quota '%s': not valid UTF-8", arg);
+		return 0;
+	}
 	case OPT_ENV:
 		return client_add_kv(env, arg, "--env", 1, e);
 	case OPT_METADATA:

@@ -83,6 +83,7 @@ struct jail_ctx {
 	int gate_sp[2];     /* gateway mode: child -> host, the listening sockets */
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
+	int64_t quota[MOAT_QUOTAS];     /* ceilings the child sets (quota.c) */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
@@ -161,6 +162,13 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e);
 /* seccomp.c */
 int jail_seccomp_prepare(struct jail_ctx *c, struct moat_err *e);
 int jail_seccomp_child(struct jail_ctx *c, struct moat_err *e);
+
+/* quota.c: per-user kernel counts. prepare: the policy's values, or the
+ * defaults for this caller; child: write them into the sandbox's user
+ * namespace (/proc/sys/user/max_*) and set the rlimits, while it still
+ * has CAP_SYS_RESOURCE there and after every namespace set-up makes. */
+int jail_quota_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_quota_child(struct jail_ctx *c, struct moat_err *e);
 
 /* caps.c: rlimits, securebits, capabilities, no_new_privs */
 int jail_caps_child(struct jail_ctx *c, struct moat_err *e);

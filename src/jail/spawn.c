@@ -204,6 +204,10 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	}
 	if (jail_net_child(c, c->gate_child, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
+	/* after every namespace set-up makes (the cgroup one above), while
+	 * we still hold CAP_SYS_RESOURCE in ours */
+	if (jail_quota_child(c, &e) < 0)
+		jail_child_fail(c->err_wr, &e);
 	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
 	    jail_seccomp_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
@@ -301,7 +305,8 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 
 	if (jail_net_prepare(c, e) < 0 || jail_ns_prepare(c, e) < 0 ||
 	    jail_landlock_prepare(c, e) < 0 ||
-	    jail_seccomp_prepare(c, e) < 0 || jail_mount_prepare(c, e) < 0)
+	    jail_seccomp_prepare(c, e) < 0 || jail_mount_prepare(c, e) < 0 ||
+	    jail_quota_prepare(c, e) < 0)
 		goto fail;
 	if (jail_cgroup_prepare(p, &j->cg, e) < 0 && jail_degrade(c, e) < 0)
 		goto fail;

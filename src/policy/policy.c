@@ -48,6 +48,8 @@ void moat_policy_init(struct moat_policy *p)
 	p->workspace_write = true;
 	p->fs_base = MOAT_FS_SYSTEM;
 	p->net = MOAT_NET_NONE;
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		p->quotas[i] = -1;
 }
 
 void moat_policy_free(struct moat_policy *p)

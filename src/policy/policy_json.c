@@ -163,10 +163,30 @@ static int native_limits(struct ctx *c, json_t *lim, struct moat_policy *p)
 	return 0;
 }
 
+/* "quotas": {"inotify_instances": 8, ...}: integers, keys from moat_quota_info. */
+static int native_quotas(struct ctx *c, json_t *o, struct moat_policy *p)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v) {
+		char path[128];
+		snprintf(path, sizeof path, "quotas.%.64s", k);
+		int i = moat_quota_find(k);
+		if (i < 0)
+			return fail(c, path, "unknown key");
+		struct moat_err qe = {0};
+		if (!json_is_integer(v) || moat_quota_check(i, json_integer_value(v), &qe) < 0)
+			return fail(c, path, "must be an integer from 0 to %lld",
+				    (long long)moat_quota_info[i].max);
+		p->quotas[i] = json_integer_value(v);
+	}
+	return 0;
+}
+
 static int native(struct ctx *c, json_t *root, struct moat_policy *p)
 {
 	static const char *const top[] = {"mode", "workspace", "filesystem", "network",
-					  "limits", "env", "allow_degraded", NULL};
+					  "limits", "quotas", "env", "allow_degraded", NULL};
 	static const char *const fs[] = {"allow_read", "deny_read", "allow_write",
 					 "deny_write", "workspace_write", NULL};
 	static const char *const net[] = {"mode", "allow", "deny", "resolve", "secrets", NULL};
@@ -253,6 +273,10 @@ static int native(struct ctx *c, json_t *root, struct moat_policy *p)
 	if (get_object(c, root, "limits", "limits", &o) < 0)
 		return -1;
 	if (o && native_limits(c, o, p) < 0)
+		return -1;
+	if (get_object(c, root, "quotas", "quotas", &o) < 0)
+		return -1;
+	if (o && native_quotas(c, o, p) < 0)
 		return -1;
 	if ((v = json_object_get(root, "env")) && !json_is_null(v)) {
 		if (!json_is_array(v))
@@ -408,6 +432,7 @@ static int load(struct moat_policy *p, json_t *root, const char *name,
 		p->pids = tmp.pids;
 		p->cpu_milli = tmp.cpu_milli;
 		p->timeout_ms = tmp.timeout_ms;
+		memcpy(p->quotas, tmp.quotas, sizeof p->quotas);
 		p->allow_degraded = tmp.allow_degraded;
 	}
 	free(tmp.workspace);

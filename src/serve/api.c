@@ -581,11 +581,48 @@ static bool parse_size_field(struct evhttp_request *req, json_t *v, const char *
 	return false;
 }
 
+/* "quotas": {"inotify_instances": 4, ...}: each may lower, never raise,
+ * the operator's ceiling (moat serve --quota). */
+static bool parse_quotas(struct evhttp_request *req, json_t *q, struct box_spec *s)
+{
+	if (!q || json_is_null(q))
+		return true;
+	if (!json_is_object(q)) {
+		http_error(req, 400, "invalid_request", "limits.quotas must be an object");
+		return false;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(q, k, v) {
+		int i = moat_quota_find(k);
+		if (i < 0) {
+			http_error(req, 400, "invalid_request", "limits.quotas.%.64s: unknown quota", k);
+			return false;
+		}
+		struct moat_err e = {0};
+		if (!json_is_integer(v) || moat_quota_check(i, json_integer_value(v), &e) < 0) {
+			http_error(req, 400, "invalid_request",
+				   "limits.quotas.%s: must be an integer from 0 to %lld", k,
+				   (long long)moat_quota_info[i].max);
+			return false;
+		}
+		if (json_integer_value(v) > conf->quotas[i]) {
+			http_error(req, 400, "invalid_request",
+				   "limits.quotas.%s: at most %lld (the operator's limit)", k,
+				   (long long)conf->quotas[i]);
+			return false;
+		}
+		s->quotas[i] = json_integer_value(v);
+		s->quota_set |= 1u << i;
+	}
+	return true;
+}
+
 static bool parse_limits(struct evhttp_request *req, json_t *l, struct box_spec *s)
 {
 	if (!l || json_is_null(l))
 		return true;
-	static const char *const keys[] = {"memory", "pids", "cpus", "disk", NULL};
+	static const char *const keys[] = {"memory", "pids", "cpus", "disk", "quotas", NULL};
 	if (!json_is_object(l)) {
 		http_error(req, 400, "invalid_request", "limits must be an object");
 		return false;
@@ -612,7 +649,7 @@ static bool parse_limits(struct evhttp_request *req, json_t *l, struct box_spec 
 		}
 		s->cpu_milli = (uint64_t)(v * 1000 + 0.5);
 	}
-	return true;
+	return parse_quotas(req, json_object_get(l, "quotas"), s);
 }
 
 /* "network": {"allow", "deny", "resolve", "secrets": [{"env", "hosts"}]}.

@@ -17,6 +17,7 @@ struct api_config {
 	const struct gate_policy *net_ceiling; /* --net-allow, or NULL: no network */
 	char *const *net_allow;  /* the same patterns as given (for manifest clones) */
 	json_t *secrets;         /* the secret store: NAME -> value */
+	const int64_t *quotas;   /* the operator's ceilings (MOAT_QUOTAS of them) */
 };
 
 void api_init(const struct api_config *c);

@@ -457,9 +457,21 @@ static void random_id(char *out, size_t len)
 	out[len] = '\0';
 }
 
+_Static_assert(MOAT_QUOTAS <= 32, "box_spec.quota_set has a bit per quota");
+
+/* The ceilings a sandbox gets: what it asked for, else the operator's. */
+static int64_t quota_of(const struct box_spec *s, int i)
+{
+	return s->quota_set & (1u << i) ? s->quotas[i] : cfg.quotas[i];
+}
+
 static json_t *spec_json(const struct box_spec *s)
 {
 	json_t *lim = json_object();
+	json_t *q = json_object();
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		json_object_set_new(q, moat_quota_info[i].name, json_integer(quota_of(s, i)));
+	json_object_set_new(lim, "quotas", q);
 	if (s->memory)
 		json_object_set_new(lim, "memory", json_integer((json_int_t)s->memory));
 	if (s->pids)
@@ -723,6 +735,8 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 			p.memory += spec->disk;
 	}
 	network_policy(spec->network, &p);
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		p.quotas[i] = quota_of(spec, i);
 	if (moat_policy_finalize(&p, cwd, SANDBOX_HOME, e) < 0)
 		goto fail;
 	seed_repos(spec, &p);
@@ -794,6 +808,9 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
 
 static bool poolable(const struct box_spec *s)
 {
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		if (quota_of(s, i) != cfg.quotas[i])
+			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
 	       (!s->image || !strcmp(s->image, "host"));
 }

@@ -7,6 +7,7 @@
 #define MOAT_SERVE_BOX_H
 
 #include <moat/err.h>
+#include <moat/policy.h>
 
 struct gate;
 struct gate_policy;
@@ -30,6 +31,7 @@ struct box_config {
 	struct gate *gate;           /* the egress gateway of every sandbox */
 	const struct gate_policy *net_ceiling; /* --net-allow: what any sandbox may reach at most */
 	json_t *secrets;             /* the secret store: NAME -> value */
+	int64_t quotas[MOAT_QUOTAS]; /* --quota: every sandbox's ceilings, at most */
 };
 
 /* What a create request asked for, validated. */
@@ -39,6 +41,8 @@ struct box_spec {
 	char *image;        /* "host" or a rootfs dir */
 	uint64_t memory, pids, cpu_milli, disk;
 	int64_t timeout_s, idle_timeout_s;
+	uint32_t quota_set;           /* bit i: quotas[i] was asked for (else the operator's) */
+	int64_t quotas[MOAT_QUOTAS];  /* limits.quotas, each <= the operator's ceiling */
 	json_t *network;    /* validated {"allow","deny","resolve","secrets":[{"env","hosts"}]}
 			     * with "placeholders": {NAME: placeholder}, or NULL */
 	const char *seed;   /* a directory (relative to the data dir) that becomes the

@@ -12,6 +12,7 @@
 #include "gate/policy.h"
 #include "../base/util.h"
 
+#include <moat/jail.h>
 #include <moat/strv.h>
 
 #include <errno.h>
@@ -48,7 +49,7 @@ static void usage(FILE *f)
 	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
 	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N]\n"
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
-	      "                  [--upstream-ca FILE]\n"
+	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
@@ -59,7 +60,9 @@ static void usage(FILE *f)
 	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
 	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
 	      "(NAME=VALUE lines) and --secret-env NAME fill the secret store that\n"
-	      "network.secrets names; --upstream-ca FILE for re-encrypted upstream TLS.\n", f);
+	      "network.secrets names; --upstream-ca FILE for re-encrypted upstream TLS.\n"
+	      "--quota NAME=N (repeatable) sets the most of a per-user kernel count any\n"
+	      "sandbox gets (default: moat run's defaults); a create may ask for less.\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -122,6 +125,7 @@ int main(int argc, char **argv)
 		{"secret-env", required_argument, 0, 'E'},
 		{"upstream-ca", required_argument, 0, 'U'},
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
+		{"quota", required_argument, 0, 'Q'},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0};
@@ -133,6 +137,9 @@ int main(int argc, char **argv)
 	json_t *secrets = json_object();
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
+	int64_t quotas[MOAT_QUOTAS];
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		quotas[i] = -1;
 	int c;
 	opterr = 0;
 	while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -222,6 +229,10 @@ int main(int argc, char **argv)
 				return fail("--max-archive: %s", e.msg, "");
 			api.max_archive = v;
 			break;
+		case 'Q':
+			if (moat_quota_parse(quotas, optarg, &e) < 0)
+				return fail("--quota: %s", e.msg, "");
+			break;
 		case 'h': usage(stdout); return 0;
 		default:
 			return fail("unknown or incomplete option %s (see moat serve --help)",
@@ -230,6 +241,12 @@ int main(int argc, char **argv)
 	}
 	if (optind < argc)
 		return fail("unexpected argument %s", argv[optind], "");
+	/* the operator's ceilings: --quota, else the defaults for this host */
+	moat_jail_quota_defaults(cfg.quotas);
+	for (int i = 0; i < MOAT_QUOTAS; i++)
+		if (quotas[i] >= 0)
+			cfg.quotas[i] = quotas[i];
+	api.quotas = cfg.quotas;
 	char *token = NULL;
 	if (token_file) {
 		token = read_token(token_file);

@@ -7,7 +7,8 @@
  * ioctl TIOCSTI / TIOCLINUX -> EPERM; setuid/setgid modes -> EPERM;
  * openat2 -> ENOSYS; any non-native ABI (i386 int 0x80,
  * x32) -> EPERM, since a deny list keyed on x86_64 numbers would not
- * cover it. */
+ * cover it; socket/socketpair outside the family allowlist in
+ * seccomp_rules.h -> EAFNOSUPPORT. */
 #define _GNU_SOURCE
 #include "../src/jail/seccomp_rules.h"
 
@@ -16,6 +17,7 @@
 #include <linux/filter.h>
 #include <sched.h>
 #include <seccomp.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <sys/ioctl.h>
@@ -27,6 +29,76 @@ static int die(const char *what, int r)
 {
 	fprintf(stderr, "gen_seccomp: %s: %d\n", what, r);
 	return 1;
+}
+
+/* Refuse syscall nr with errno err whenever the low 32 bits of argument
+ * arg are not in ok[0..n) (sorted, distinct), and, if pre is given, pre
+ * matches too. The kernel truncates these int arguments, so the filter
+ * looks at the low 32 bits only, like the kernel: the upper half can
+ * neither smuggle a refused value past it nor get an allowed one refused.
+ * BPF has no "not in set", so the complement of ok is cut into aligned
+ * power-of-two blocks, one masked-equality rule each (at most 32 per gap). */
+static int deny_outside(scmp_filter_ctx ctx, int err, int nr, unsigned arg,
+			const uint32_t *ok, size_t n, const struct scmp_arg_cmp *pre)
+{
+	uint64_t lo = 0; /* the next value not yet covered */
+	for (size_t i = 0; i <= n; i++) {
+		uint64_t end = i < n ? ok[i] : UINT64_C(1) << 32; /* gap [lo, end) */
+		while (lo < end) {
+			uint64_t size = lo ? lo & -lo : UINT64_C(1) << 32;
+			while (lo + size > end)
+				size >>= 1;
+			struct scmp_arg_cmp c[2] = {
+				{arg, SCMP_CMP_MASKED_EQ, 0xffffffffu & ~(size - 1), lo}, {0}};
+			if (pre)
+				c[1] = *pre;
+			int r = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(err), nr, pre ? 2 : 1, c);
+			if (r < 0)
+				return r;
+			lo += size;
+		}
+		lo = i < n ? (uint64_t)ok[i] + 1 : lo;
+	}
+	return 0;
+}
+
+static int cmp_u32(const void *a, const void *b)
+{
+	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
+	return (x > y) - (x < y);
+}
+
+/* socket(2) only for the families of moat_socket_allowed (and, where the
+ * table names one, only with that protocol); socketpair(2) only for those
+ * marked pair. Everything else: EAFNOSUPPORT, what a kernel built without
+ * the family answers, so programs take their ordinary fallback. */
+static int socket_rules(scmp_filter_ctx ctx)
+{
+	uint32_t fam[64], pair[64];
+	size_t nf = 0, np = 0;
+	for (size_t i = 0; moat_socket_allowed[i].name; i++) {
+		if (nf == 64)
+			return -E2BIG;
+		fam[nf++] = moat_socket_allowed[i].family;
+		if (moat_socket_allowed[i].pair)
+			pair[np++] = moat_socket_allowed[i].family;
+	}
+	qsort(fam, nf, sizeof fam[0], cmp_u32);
+	qsort(pair, np, sizeof pair[0], cmp_u32);
+	int r;
+	if ((r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socket), 0, fam, nf, NULL)) < 0 ||
+	    (r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socketpair), 0, pair, np, NULL)) < 0)
+		return r;
+	for (size_t i = 0; moat_socket_allowed[i].name; i++) {
+		const struct moat_sock_family *f = &moat_socket_allowed[i];
+		if (f->protocol < 0)
+			continue;
+		uint32_t proto = (uint32_t)f->protocol;
+		struct scmp_arg_cmp is_f = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, f->family);
+		if ((r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socket), 2, &proto, 1, &is_f)) < 0)
+			return r;
+	}
+	return 0;
 }
 
 int main(void)
@@ -96,6 +168,8 @@ int main(void)
 	if (openat2 != __NR_SCMP_ERROR &&
 	    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), openat2, 0)) < 0)
 		return die("openat2", r);
+	if ((r = socket_rules(ctx)) < 0)
+		return die("socket families", r);
 	int fd = memfd_create("bpf", 0);
 	if (fd < 0 || (r = seccomp_export_bpf(ctx, fd)) < 0)
 		return die("export", fd < 0 ? -errno : r);

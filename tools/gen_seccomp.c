@@ -89,6 +89,12 @@ static int socket_rules(scmp_filter_ctx ctx)
 	if ((r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socket), 0, fam, nf, NULL)) < 0 ||
 	    (r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socketpair), 0, pair, np, NULL)) < 0)
 		return r;
+	/* The kernel still turns the obsolete (AF_INET, SOCK_PACKET) into an
+	 * AF_PACKET socket; the type's low 4 bits are the type, the rest flags. */
+	if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 2,
+				  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_INET),
+				  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfu, SOCK_PACKET))) < 0)
+		return r;
 	for (size_t i = 0; moat_socket_allowed[i].name; i++) {
 		const struct moat_sock_family *f = &moat_socket_allowed[i];
 		if (f->protocol < 0)

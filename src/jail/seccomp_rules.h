@@ -30,7 +30,8 @@ __attribute__((unused)) static const char *const moat_seccomp_denied[] = {
  * socketpair(2) only for AF_UNIX; every other family (AF_VSOCK, which no
  * network namespace confines, AF_PACKET, AF_ALG, AF_XDP, ...) and every
  * other NETLINK protocol fails with EAFNOSUPPORT, as if the kernel lacked
- * it. NETLINK_ROUTE stays because getifaddrs(3), if_nameindex(3), `ip`
+ * it ((AF_INET, SOCK_PACKET), an AF_PACKET socket in disguise, too:
+ * tools/gen_seccomp.c). NETLINK_ROUTE stays because getifaddrs(3), if_nameindex(3), `ip`
  * and node's os.networkInterfaces() read the (sandbox's own) interfaces
  * through it; see docs/SECURITY.md. `moat doctor` prints this table. */
 struct moat_sock_family {

@@ -33,7 +33,6 @@ NAMED = {
     "AF_NFC": 39, "AF_VSOCK": 40, "AF_KCM": 41, "AF_QIPCRTR": 42, "AF_SMC": 43,
     "AF_XDP": 44, "AF_MCTP": 45,
 }
-REFUSED = (errno.EAFNOSUPPORT, errno.EPERM)
 
 # Runs inside: every refused (family, type, protocol) by raw syscall, so that
 # the upper halves of the registers are ours too. Prints one JSON line.
@@ -53,7 +52,8 @@ PROBE = textwrap.dedent(r"""
         if r >= 0:
             os.close(r) if nr == SYS_socket else (os.close(sv[0]), os.close(sv[1]))
             bad.append([what, "made a socket"])
-        elif e not in (errno.EAFNOSUPPORT, errno.EPERM):
+        elif e != errno.EAFNOSUPPORT:
+            # the filter answers, before any capability check could (EPERM)
             bad.append([what, errno.errorcode.get(e, e)])
         else:
             refused += 1
@@ -70,6 +70,10 @@ PROBE = textwrap.dedent(r"""
             if f != socket.AF_UNIX:
                 call(("socketpair", f, t), SYS_socketpair, f, t, 0)
                 call(("socketpair", f, t, "high half set"), SYS_socketpair, HI | f, t, 0)
+    # (AF_INET, SOCK_PACKET) is an AF_PACKET socket in the kernel
+    for t in (10, 10 | socket.SOCK_CLOEXEC, 10 | socket.SOCK_NONBLOCK):
+        for p in (0, 0x300, 0x0008):
+            call(("socket", "AF_INET", "SOCK_PACKET", t, p), SYS_socket, socket.AF_INET, t, p)
     # netlink: every protocol but NETLINK_ROUTE (0)
     for p in list(range(1, 33)) + [0xffffffff, 0x10000, HI | 9]:
         for t in (socket.SOCK_RAW, socket.SOCK_DGRAM):
@@ -219,6 +223,39 @@ def test_run_refuses_every_other_family(run, net):
     r = run.py(PROBE, *opts, timeout=120)
     assert r.returncode == 0, r.stderr
     check_probe(last_json(r.stdout))
+
+
+# i386 socketcall(SYS_SOCKET, {AF_VSOCK, SOCK_STREAM, 0}) and i386 socket(2)
+# by `int 0x80` from this 64-bit process (arguments below 4 GiB).
+INT80_SOCKET = textwrap.dedent(r"""
+    import ctypes, struct
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int,
+                          ctypes.c_int, ctypes.c_long]
+    page = libc.mmap(None, 4096, 7, 0x22 | 0x40, -1, 0)  # rwx, private anon, MAP_32BIT
+    assert page not in (None, ctypes.c_void_p(-1).value) and page < 1 << 32, page
+    args = page + 2048
+    ctypes.memmove(args, struct.pack("<3I", 40, 1, 0), 12)
+    def int80(nr, b, c, d):
+        code = (b"\x53" + b"\xb8" + struct.pack("<I", nr) + b"\xbb" + struct.pack("<I", b)
+                + b"\xb9" + struct.pack("<I", c) + b"\xba" + struct.pack("<I", d)
+                + b"\xcd\x80\x5b\xc3")
+        ctypes.memmove(page, code, len(code))
+        return ctypes.CFUNCTYPE(ctypes.c_int)(page)()
+    print("SOCKETCALL", int80(102, 1, args, 0), flush=True)
+    print("SOCKET", int80(359, 40, 1, 0), flush=True)
+""")
+
+
+def test_run_i386_socket_calls_refused(run):
+    host = subprocess.run([PY, "-c", INT80_SOCKET], capture_output=True, text=True)
+    if host.returncode != 0 or "SOCKET" not in host.stdout:
+        pytest.skip(f"no i386 emulation on this kernel: {host.stderr[-200:]!r}")
+    r = run.py(INT80_SOCKET)
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split() for line in r.stdout.splitlines())
+    assert got == {"SOCKETCALL": str(-errno.EPERM), "SOCKET": str(-errno.EPERM)}, r.stdout
 
 
 def test_run_allowed_families_work(run):

@@ -14,8 +14,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/audit.h>
 #include <linux/filter.h>
+#include <linux/seccomp.h>
 #include <sched.h>
+#include <stdbool.h>
+#include <stddef.h>
 #include <seccomp.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -23,6 +27,7 @@
 #include <sys/ioctl.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 static int die(const char *what, int r)
@@ -31,80 +36,113 @@ static int die(const char *what, int r)
 	return 1;
 }
 
-/* Refuse syscall nr with errno err whenever the low 32 bits of argument
- * arg are not in ok[0..n) (sorted, distinct), and, if pre is given, pre
- * matches too. The kernel truncates these int arguments, so the filter
- * looks at the low 32 bits only, like the kernel: the upper half can
- * neither smuggle a refused value past it nor get an allowed one refused.
- * BPF has no "not in set", so the complement of ok is cut into aligned
- * power-of-two blocks, one masked-equality rule each (at most 32 per gap). */
-static int deny_outside(scmp_filter_ctx ctx, int err, int nr, unsigned arg,
-			const uint32_t *ok, size_t n, const struct scmp_arg_cmp *pre)
+/* The socket-family allowlist, assembled here in front of libseccomp's
+ * program. libseccomp compares 64-bit values: "low 32 bits not in a set"
+ * takes one masked-equality rule per power-of-two block of the complement
+ * (about 100 rules, 320 instructions, half as much again to load per run),
+ * where these ~25 instructions read the low halves directly, as the
+ * kernel, which truncates these int arguments, does. Any other syscall,
+ * arch or ABI (x32 numbers differ) falls through to libseccomp's program;
+ * a refusal is EAFNOSUPPORT, what a kernel without the family answers. */
+#if !defined(__x86_64__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+#error "moat's seccomp filter is written for x86_64"
+#endif
+#define ARG_LO(i) ((uint32_t)(offsetof(struct seccomp_data, args) + 8 * (i)))
+
+enum { J_NEXT, J_LIB, J_DENY, J_SOCK, J_PAIR, J_FAM }; /* J_FAM + i: family i */
+enum { AS_CAP = 160, FAM_CAP = 32 };
+
+struct as {
+	struct sock_filter f[AS_CAP];
+	int jt[AS_CAP], jf[AS_CAP]; /* J_* targets, resolved at the end */
+	int at[J_FAM + FAM_CAP];    /* where each target is */
+	size_t n;
+	bool overflow;
+};
+
+static void op(struct as *a, uint16_t code, uint32_t k, int jt, int jf)
 {
-	uint64_t lo = 0; /* the next value not yet covered */
-	for (size_t i = 0; i <= n; i++) {
-		uint64_t end = i < n ? ok[i] : UINT64_C(1) << 32; /* gap [lo, end) */
-		while (lo < end) {
-			uint64_t size = lo ? lo & -lo : UINT64_C(1) << 32;
-			while (lo + size > end)
-				size >>= 1;
-			struct scmp_arg_cmp c[2] = {
-				{arg, SCMP_CMP_MASKED_EQ, 0xffffffffu & ~(size - 1), lo}, {0}};
-			if (pre)
-				c[1] = *pre;
-			int r = seccomp_rule_add_array(ctx, SCMP_ACT_ERRNO(err), nr, pre ? 2 : 1, c);
-			if (r < 0)
-				return r;
-			lo += size;
-		}
-		lo = i < n ? (uint64_t)ok[i] + 1 : lo;
+	if (a->n == AS_CAP) {
+		a->overflow = true;
+		return;
 	}
-	return 0;
+	a->f[a->n] = (struct sock_filter){code, 0, 0, k};
+	a->jt[a->n] = jt; /* for BPF_JA: the target */
+	a->jf[a->n] = jf;
+	a->n++;
 }
 
-static int cmp_u32(const void *a, const void *b)
+static void here(struct as *a, int label)
 {
-	uint32_t x = *(const uint32_t *)a, y = *(const uint32_t *)b;
-	return (x > y) - (x < y);
+	a->at[label] = (int)a->n;
 }
 
-/* socket(2) only for the families of moat_socket_allowed (and, where the
- * table names one, only with that protocol); socketpair(2) only for those
- * marked pair. Everything else: EAFNOSUPPORT, what a kernel built without
- * the family answers, so programs take their ordinary fallback. */
-static int socket_rules(scmp_filter_ctx ctx)
+/* Offsets from the labels; -1 when one does not fit. */
+static int resolve(struct as *a)
 {
-	uint32_t fam[64], pair[64];
-	size_t nf = 0, np = 0;
-	for (size_t i = 0; moat_socket_allowed[i].name; i++) {
-		if (nf == 64)
-			return -E2BIG;
-		fam[nf++] = moat_socket_allowed[i].family;
-		if (moat_socket_allowed[i].pair)
-			pair[np++] = moat_socket_allowed[i].family;
-	}
-	qsort(fam, nf, sizeof fam[0], cmp_u32);
-	qsort(pair, np, sizeof pair[0], cmp_u32);
-	int r;
-	if ((r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socket), 0, fam, nf, NULL)) < 0 ||
-	    (r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socketpair), 0, pair, np, NULL)) < 0)
-		return r;
-	/* The kernel still turns the obsolete (AF_INET, SOCK_PACKET) into an
-	 * AF_PACKET socket; the type's low 4 bits are the type, the rest flags. */
-	if ((r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(EAFNOSUPPORT), SCMP_SYS(socket), 2,
-				  SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, AF_INET),
-				  SCMP_A1(SCMP_CMP_MASKED_EQ, 0xfu, SOCK_PACKET))) < 0)
-		return r;
-	for (size_t i = 0; moat_socket_allowed[i].name; i++) {
-		const struct moat_sock_family *f = &moat_socket_allowed[i];
-		if (f->protocol < 0)
+	for (size_t pc = 0; pc < a->n; pc++) {
+		struct sock_filter *f = &a->f[pc];
+		if (BPF_CLASS(f->code) != BPF_JMP)
 			continue;
-		uint32_t proto = (uint32_t)f->protocol;
-		struct scmp_arg_cmp is_f = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffffu, f->family);
-		if ((r = deny_outside(ctx, EAFNOSUPPORT, SCMP_SYS(socket), 2, &proto, 1, &is_f)) < 0)
-			return r;
+		int t = a->at[a->jt[pc]] - (int)pc - 1;
+		int e = a->at[a->jf[pc]] - (int)pc - 1;
+		if (BPF_OP(f->code) == BPF_JA) {
+			f->k = (uint32_t)t;
+			continue;
+		}
+		t = a->jt[pc] == J_NEXT ? 0 : t;
+		e = a->jf[pc] == J_NEXT ? 0 : e;
+		if (t < 0 || t > 255 || e < 0 || e > 255)
+			return -1;
+		f->jt = (uint8_t)t;
+		f->jf = (uint8_t)e;
 	}
 	return 0;
+}
+
+static int socket_prefix(struct as *a)
+{
+	size_t nf = 0;
+	while (moat_socket_allowed[nf].name)
+		nf++;
+	if (nf > FAM_CAP)
+		return -1;
+	op(a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch), 0, 0);
+	op(a, BPF_JMP | BPF_JEQ | BPF_K, AUDIT_ARCH_X86_64, J_NEXT, J_LIB);
+	op(a, BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr), 0, 0);
+	op(a, BPF_JMP | BPF_JEQ | BPF_K, __NR_socket, J_SOCK, J_NEXT);
+	op(a, BPF_JMP | BPF_JEQ | BPF_K, __NR_socketpair, J_PAIR, J_LIB);
+	here(a, J_SOCK);
+	op(a, BPF_LD | BPF_W | BPF_ABS, ARG_LO(0), 0, 0);
+	for (size_t i = 0; i < nf; i++)
+		op(a, BPF_JMP | BPF_JEQ | BPF_K, moat_socket_allowed[i].family,
+		   J_FAM + (int)i, J_NEXT);
+	op(a, BPF_JMP | BPF_JA, 0, J_DENY, 0);
+	for (size_t i = 0; i < nf; i++) {
+		const struct moat_sock_family *f = &moat_socket_allowed[i];
+		here(a, J_FAM + (int)i);
+		if (f->bad_type >= 0) { /* the type is the low 4 bits, the rest flags */
+			op(a, BPF_LD | BPF_W | BPF_ABS, ARG_LO(1), 0, 0);
+			op(a, BPF_ALU | BPF_AND | BPF_K, 0xf, 0, 0);
+			op(a, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)f->bad_type, J_DENY, J_NEXT);
+		}
+		if (f->protocol >= 0) {
+			op(a, BPF_LD | BPF_W | BPF_ABS, ARG_LO(2), 0, 0);
+			op(a, BPF_JMP | BPF_JEQ | BPF_K, (uint32_t)f->protocol, J_LIB, J_DENY);
+		} else {
+			op(a, BPF_JMP | BPF_JA, 0, J_LIB, 0);
+		}
+	}
+	here(a, J_PAIR);
+	op(a, BPF_LD | BPF_W | BPF_ABS, ARG_LO(0), 0, 0);
+	for (size_t i = 0; i < nf; i++)
+		if (moat_socket_allowed[i].pair)
+			op(a, BPF_JMP | BPF_JEQ | BPF_K, moat_socket_allowed[i].family, J_LIB,
+			   J_NEXT);
+	here(a, J_DENY); /* BPF jumps forward only: the refusal comes last */
+	op(a, BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EAFNOSUPPORT & SECCOMP_RET_DATA), 0, 0);
+	here(a, J_LIB); /* the first instruction of libseccomp's program */
+	return a->overflow ? -1 : resolve(a);
 }
 
 int main(void)
@@ -174,22 +212,27 @@ int main(void)
 	if (openat2 != __NR_SCMP_ERROR &&
 	    (r = seccomp_rule_add(ctx, SCMP_ACT_ERRNO(ENOSYS), openat2, 0)) < 0)
 		return die("openat2", r);
-	if ((r = socket_rules(ctx)) < 0)
-		return die("socket families", r);
 	int fd = memfd_create("bpf", 0);
 	if (fd < 0 || (r = seccomp_export_bpf(ctx, fd)) < 0)
 		return die("export", fd < 0 ? -errno : r);
 	struct stat st;
 	if (fstat(fd, &st) < 0)
 		return die("fstat", -errno);
+	static struct as pre;
+	if (socket_prefix(&pre) < 0)
+		return die("socket family prefix", -E2BIG);
 	size_t n = (size_t)st.st_size / sizeof(struct sock_filter);
 	struct sock_filter *f = malloc((size_t)st.st_size);
 	if (!f || pread(fd, f, (size_t)st.st_size, 0) != st.st_size)
 		return die("read", -errno);
+	if (pre.n + n > BPF_MAXINSNS)
+		return die("filter too long", -E2BIG);
 	printf("/* generated by tools/gen_seccomp.c from src/jail/seccomp_rules.h */\n");
-	printf("static const struct sock_filter moat_seccomp_bpf[%zu] = {\n", n);
-	for (size_t i = 0; i < n; i++)
-		printf("\t{0x%04x, %u, %u, 0x%08x},\n", f[i].code, f[i].jt, f[i].jf, f[i].k);
+	printf("static const struct sock_filter moat_seccomp_bpf[%zu] = {\n", pre.n + n);
+	for (size_t i = 0; i < pre.n + n; i++) {
+		const struct sock_filter *x = i < pre.n ? &pre.f[i] : &f[i - pre.n];
+		printf("\t{0x%04x, %u, %u, 0x%08x},\n", x->code, x->jt, x->jf, x->k);
+	}
 	printf("};\n");
 	free(f);
 	seccomp_release(ctx);

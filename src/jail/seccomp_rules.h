@@ -30,8 +30,7 @@ __attribute__((unused)) static const char *const moat_seccomp_denied[] = {
  * socketpair(2) only for AF_UNIX; every other family (AF_VSOCK, which no
  * network namespace confines, AF_PACKET, AF_ALG, AF_XDP, ...) and every
  * other NETLINK protocol fails with EAFNOSUPPORT, as if the kernel lacked
- * it ((AF_INET, SOCK_PACKET), an AF_PACKET socket in disguise, too:
- * tools/gen_seccomp.c). NETLINK_ROUTE stays because getifaddrs(3), if_nameindex(3), `ip`
+ * it. NETLINK_ROUTE stays because getifaddrs(3), if_nameindex(3), `ip`
  * and node's os.networkInterfaces() read the (sandbox's own) interfaces
  * through it; see docs/SECURITY.md. `moat doctor` prints this table. */
 struct moat_sock_family {
@@ -39,17 +38,19 @@ struct moat_sock_family {
 	const char *name;
 	bool pair;           /* also allowed for socketpair(2) */
 	int protocol;        /* the only protocol allowed, or -1: any */
+	int bad_type;        /* a type refused (low 4 bits of the type), or -1 */
 	const char *note;    /* shown by moat doctor */
 };
 
 #define MOAT_NETLINK_ROUTE 0 /* NETLINK_ROUTE, <linux/netlink.h> */
 
 __attribute__((unused)) static const struct moat_sock_family moat_socket_allowed[] = {
-	{AF_UNIX, "AF_UNIX", true, -1, ""},
-	{AF_INET, "AF_INET", false, -1, ""},
-	{AF_INET6, "AF_INET6", false, -1, ""},
-	{AF_NETLINK, "AF_NETLINK", false, MOAT_NETLINK_ROUTE, " (NETLINK_ROUTE only)"},
-	{0, 0, false, 0, 0},
+	{AF_UNIX, "AF_UNIX", true, -1, -1, ""},
+	/* the kernel turns (AF_INET, SOCK_PACKET) into an AF_PACKET socket */
+	{AF_INET, "AF_INET", false, -1, SOCK_PACKET, ""},
+	{AF_INET6, "AF_INET6", false, -1, -1, ""},
+	{AF_NETLINK, "AF_NETLINK", false, MOAT_NETLINK_ROUTE, -1, " (NETLINK_ROUTE only)"},
+	{0, 0, false, 0, 0, 0},
 };
 
 #endif

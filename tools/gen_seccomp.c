@@ -1,5 +1,6 @@
-/* Build-time generator: compiles moat's seccomp policy with libseccomp and
- * prints it as a C array (build/gen/seccomp_bpf.h).
+/* Build-time generator: compiles moat's seccomp policy with libseccomp,
+ * puts the socket-family check in front of it and prints the whole as a C
+ * array (build/gen/seccomp_bpf.h).
  *
  * Policy: default allow; the table in src/jail/seccomp_rules.h -> EPERM;
  * clone with any CLONE_NEW* flag -> EPERM; clone3 -> ENOSYS (its flags are
@@ -40,7 +41,7 @@ static int die(const char *what, int r)
  * program. libseccomp compares 64-bit values: "low 32 bits not in a set"
  * takes one masked-equality rule per power-of-two block of the complement
  * (about 100 rules, 320 instructions, half as much again to load per run),
- * where these ~25 instructions read the low halves directly, as the
+ * where these 22 instructions read the low halves directly, as the
  * kernel, which truncates these int arguments, does. Any other syscall,
  * arch or ABI (x32 numbers differ) falls through to libseccomp's program;
  * a refusal is EAFNOSUPPORT, what a kernel without the family answers. */

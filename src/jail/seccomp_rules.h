@@ -47,7 +47,7 @@ struct moat_sock_family {
 __attribute__((unused)) static const struct moat_sock_family moat_socket_allowed[] = {
 	{AF_UNIX, "AF_UNIX", true, -1, -1, ""},
 	/* the kernel turns (AF_INET, SOCK_PACKET) into an AF_PACKET socket */
-	{AF_INET, "AF_INET", false, -1, SOCK_PACKET, ""},
+	{AF_INET, "AF_INET", false, -1, SOCK_PACKET, " (not SOCK_PACKET)"},
 	{AF_INET6, "AF_INET6", false, -1, -1, ""},
 	{AF_NETLINK, "AF_NETLINK", false, MOAT_NETLINK_ROUTE, -1, " (NETLINK_ROUTE only)"},
 	{0, 0, false, 0, 0, 0},

@@ -1,6 +1,7 @@
 /* moat doctor: what the kernel offers and what moat will use. */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "jail/seccomp_rules.h"
 
 #include <moat/probe.h>
 
@@ -45,6 +46,18 @@ int moat_cmd_doctor(int argc, char **argv)
 		    : "your own uid (rootless)");
 	printf("  Landlock           %s\n", p.landlock_abi > 0 ? "yes" : "NO: runs need --allow-degraded");
 	printf("  seccomp            %s\n", p.seccomp ? "yes (deny list, EPERM)" : "NO: runs need --allow-degraded");
+	if (p.seccomp) {
+		/* the table the filter is generated from (seccomp_rules.h) */
+		printf("  socket families   ");
+		for (size_t i = 0; moat_socket_allowed[i].name; i++)
+			printf("%s %s%s", i ? "," : "", moat_socket_allowed[i].name,
+			       moat_socket_allowed[i].note);
+		printf("; socketpair:");
+		for (size_t i = 0, n = 0; moat_socket_allowed[i].name; i++)
+			if (moat_socket_allowed[i].pair)
+				printf("%s %s", n++ ? "," : "", moat_socket_allowed[i].name);
+		printf("; any other: EAFNOSUPPORT\n");
+	}
 	printf("  resource limits    %s\n",
 	       p.cgroup_version ? (p.cgroup_version == 1 ? "cgroup v1 child of moat's own cgroup"
 							  : "cgroup v2 child of moat's own cgroup")

@@ -561,10 +561,16 @@ static int op_overlay(const struct mop *op, const char *lower, struct moat_err *
 		    move_mount(op->fd, "", AT_FDCWD, "/ovl/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped %s",
 					    op->src);
-		lower = "/ovl/lower";
+	} else {
+		/* Bound at a neutral path first: overlayfs shows its lowerdir=
+		 * in the sandbox's mountinfo and mounts, and the image's host
+		 * path is none of the sandbox's business. */
+		if (mkdir("/ovl/lower", 0755) < 0 ||
+		    mount(lower, "/ovl/lower", NULL, MS_BIND | MS_REC, NULL) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind %s", op->src);
 	}
-	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=/ovl/upper,workdir=/ovl/work", lower);
-	if (mount("overlay", NEW, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
+	if (mount("overlay", NEW, "overlay", MS_NOSUID | MS_NODEV,
+		  "lowerdir=/ovl/lower,upperdir=/ovl/upper,workdir=/ovl/work") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
 				    "overlay of root filesystem %s (kernel without overlayfs "
 				    "in user namespaces?)", op->src);

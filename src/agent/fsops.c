@@ -140,7 +140,7 @@ static void path_fail(const struct agent_req *r, const char *path, int err)
 /* Resolve path (see resolve.h); answers the error itself. */
 static bool walk(const struct agent_req *r, const char *path, int flags, struct fsr *out)
 {
-	if (fsr_walk(fsr_root(), path, flags, out) == 0)
+	if (fsr_walk(FSR_ROOT, path, flags, out) == 0)
 		return true;
 	path_fail(r, path, errno);
 	return false;
@@ -604,7 +604,7 @@ static bool patch_path(const struct agent_req *r, const char *p, char *out, size
 static bool patch_walk(const struct agent_req *r, const char *shown, const char *path,
 		       int flags, struct fsr *out)
 {
-	if (fsr_walk(fsr_root(), path, flags, out) == 0)
+	if (fsr_walk(FSR_ROOT, path, flags, out) == 0)
 		return true;
 	if (errno == EXDEV || errno == ELOOP)
 		path_fail(r, path, errno);
@@ -617,7 +617,7 @@ static bool patch_walk(const struct agent_req *r, const char *shown, const char 
 static int patch_open(const char *path)
 {
 	struct fsr w;
-	if (fsr_walk(fsr_root(), path, FSR_FOLLOW, &w) < 0)
+	if (fsr_walk(FSR_ROOT, path, FSR_FOLLOW, &w) < 0)
 		return -1;
 	int fd = openat(w.dir, w.name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
 	int err = errno;

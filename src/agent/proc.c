@@ -381,7 +381,7 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	/* resolved like every API path (resolve.h: no magic link, no kernel
 	 * filesystem), entered by descriptor */
 	struct fsr cw;
-	if (fsr_walk(fsr_root(), cwd, FSR_FOLLOW, &cw) < 0 ||
+	if (fsr_walk(FSR_ROOT, cwd, FSR_FOLLOW, &cw) < 0 ||
 	    (cwdfd = openat(cw.dir, cw.name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
 	    fsr_refused(cwdfd)) {
 		int e = cwdfd >= 0 ? EXDEV : errno;

@@ -14,8 +14,6 @@
 
 #define MAX_LINKS 40 /* the kernel's own limit */
 
-static int root_fd = -1;
-
 /* The sandbox's /proc, /sys and /dev, whatever is mounted there (a /sys
  * left out of the view may be an empty tmpfs; /dev is a tmpfs). */
 static struct {
@@ -26,7 +24,6 @@ static struct {
 
 void fsr_init(void)
 {
-	root_fd = open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 	static const char *const names[] = {"/proc", "/sys", "/dev"};
 	for (int i = 0; i < 3; i++) {
 		struct stat st;
@@ -38,9 +35,10 @@ void fsr_init(void)
 	}
 }
 
-int fsr_root(void)
+/* Opened per walk rather than kept: the agent holds no directory. */
+static int open_root(void)
 {
-	return root_fd;
+	return open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
 bool fsr_refused(int fd)
@@ -118,13 +116,10 @@ int fsr_walk(int start, const char *path, int flags, struct fsr *out)
 		errno = ENAMETOOLONG;
 		return -1;
 	}
-	if (root_fd < 0) {
-		errno = EXDEV; /* fail closed */
-		return -1;
-	}
 	snprintf(bufs[0], PATH_MAX, "%s", path);
 	char *rest = bufs[0];
-	int cur = fcntl(*rest == '/' ? root_fd : start, F_DUPFD_CLOEXEC, 0);
+	int cur = *rest == '/' || start == FSR_ROOT ? open_root()
+						      : fcntl(start, F_DUPFD_CLOEXEC, 0);
 	if (cur < 0)
 		return -1;
 	int links = 0;
@@ -187,7 +182,7 @@ int fsr_walk(int start, const char *path, int flags, struct fsr *out)
 			rest = nb;
 			if (t[0] == '/') {
 				close(cur);
-				cur = fcntl(root_fd, F_DUPFD_CLOEXEC, 0);
+				cur = open_root();
 				if (cur < 0)
 					return -1;
 			}

@@ -39,10 +39,10 @@ struct fsr {
 	char name[NAME_MAX + 1];
 };
 
-/* Open the root and learn /proc, /sys and /dev (call once, at start). */
+/* Learn /proc, /sys and /dev (call once, at start). */
 void fsr_init(void);
-/* The agent's root directory (O_PATH). */
-int fsr_root(void);
+/* `start` of fsr_walk: the agent's root directory. */
+#define FSR_ROOT (-100000)
 /* Resolve path (absolute: from the root; else from `start`). 0 with *out
  * filled (fsr_done releases it), or -1 with errno: EXDEV for a magic link
  * or a kernel filesystem on the way, ELOOP, ENOENT, ENOTDIR, ... */

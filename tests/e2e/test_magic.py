@@ -44,7 +44,7 @@ LINKS = {
     "cwdup": "/proc/self/cwd/..",
     "fds": "/proc/self/fd",
     "fdctl": "/proc/self/fd/3",     # the agent's control socket
-    "fdroot": "/proc/self/fd/5",    # the agent's root directory
+    "fdroot": "/proc/self/fd/5",    # another of its descriptors
     "fd0": "/proc/self/fd/0",
     "mapf": "/proc/self/map_files/400000-401000",  # the static agent's first page
     "rel": "../proc/self/exe",

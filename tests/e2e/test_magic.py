@@ -273,3 +273,40 @@ def test_manifest_with_protected_name_refused(srv, name):
     assert "manifest: " + name.split("/")[0] in e["message"], r
     assert set(srv.ids()) == before
     assert host_names(srv.data / "sandboxes", "a.txt") == []
+
+
+def test_magic_link_swapped_in_during_requests(srv, box):
+    """A sandbox process swaps a directory and a link to /proc/self at the
+    same name while the API reads through it: every answer is the
+    directory's file or an error, never the agent's bytes."""
+    before = agent_id()
+    # d and x trade places atomically (renameat2 RENAME_EXCHANGE), over and over
+    srv.sh(box, "mkdir x && echo plain > x/exe && ln -s /proc/self d")
+    swap = ("import ctypes\n"
+            "c = ctypes.CDLL(None, use_errno=True)\n"
+            "while True:\n"
+            "    assert c.renameat2(-100, b'x', -100, b'd', 2) == 0, ctypes.get_errno()\n")
+    srv.fput(box, "swap.py", swap.encode())
+    loop = "exec python3 swap.py"
+    r = srv.post(f"/v1/sandboxes/{box}/exec", {"cmd": loop, "yield_ms": 1})
+    assert r.status == 200 and r.json().get("running"), r
+    pid = r.json()["process_id"]
+    try:
+        for i in range(300):
+            r = srv.fget(box, "d/exe")
+            not_agent(r.body, ("GET", i))
+            assert r.status in (200, 400, 404), r
+            if r.status == 200:
+                assert r.body in (b"plain\n", b"mine"), r
+            r = srv.flist(box, "d")
+            assert r.status in (200, 400, 404), r
+            assert "environ" not in r.text, r
+            r = srv.fput(box, "d/exe", b"mine", expect=None)
+            assert r.status in (204, 400, 404), r
+        assert agent_id() == before
+        # the swapper still runs (it did not die on a failed exchange)
+        r = srv.stdin(box, pid, yield_ms=1)
+        assert r.status == 200 and r.json().get("running"), r
+    finally:
+        srv.delete(f"/v1/sandboxes/{box}/processes/{pid}")
+    assert agent_id() == before

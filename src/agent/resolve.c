@@ -41,11 +41,10 @@ static int open_root(void)
 	return open("/", O_PATH | O_DIRECTORY | O_CLOEXEC);
 }
 
-bool fsr_refused(int fd)
+static bool refused_st(int fd, const struct stat *st)
 {
 	struct statfs sf;
-	struct stat st;
-	if (fstatfs(fd, &sf) < 0 || fstat(fd, &st) < 0)
+	if (fstatfs(fd, &sf) < 0)
 		return true;
 	switch ((uint32_t)sf.f_type) {
 	case PROC_SUPER_MAGIC: /* the magic links live here */
@@ -69,9 +68,15 @@ bool fsr_refused(int fd)
 		break;
 	}
 	for (int i = 0; i < 3; i++)
-		if (kdirs[i].set && st.st_dev == kdirs[i].dev && st.st_ino == kdirs[i].ino)
+		if (kdirs[i].set && st->st_dev == kdirs[i].dev && st->st_ino == kdirs[i].ino)
 			return true;
 	return false;
+}
+
+bool fsr_refused(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) < 0 || refused_st(fd, &st);
 }
 
 bool fsr_readonly(int fd)
@@ -162,7 +167,7 @@ int fsr_walk(int start, const char *path, int flags, struct fsr *out)
 		struct stat st;
 		if (fstat(fd, &st) < 0)
 			return fail(&cur, fd, errno);
-		if (fsr_refused(fd))
+		if (refused_st(fd, &st))
 			return fail(&cur, fd, EXDEV);
 		if (S_ISLNK(st.st_mode)) {
 			/* an ordinary link (a magic one is on procfs: refused above) */

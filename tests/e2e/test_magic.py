@@ -52,6 +52,11 @@ LINKS = {
     "chain2": "nd/hop",
     "nd/hop": "../exe",
     "viadir": "nd/../self",         # through a normal directory into /proc
+    "ns": "/proc/self/ns/net",      # namespace links are magic too
+    "devfd": "/dev/fd/3",           # /dev/fd -> /proc/self/fd
+    "stdin": "/dev/stdin",
+    "loop1": "loop2",               # a loop: ELOOP, also invalid_path
+    "loop2": "loop1",
 }
 # paths that name (through a link) a file of the agent or of the sandbox
 FILE_PATHS = ["exe", "exe1", "texe", "fdctl", "fdroot", "fd0", "mapf", "rel", "chain",
@@ -60,7 +65,8 @@ FILE_PATHS = ["exe", "exe1", "texe", "fdctl", "fdroot", "fd0", "mapf", "rel", "c
               "sroot/workspace/keep.txt", "cwd/workspace/keep.txt", "cwdup/workspace/keep.txt",
               "fds/3", "fds/5/workspace/keep.txt", "fdroot/workspace/keep.txt",
               "self/fd/5/workspace/keep.txt", "self/cwd/workspace/keep.txt",
-              "self/root/proc/self/exe", "root1/proc/1/exe"]
+              "self/root/proc/self/exe", "root1/proc/1/exe", "ns", "devfd", "stdin", "loop1",
+              "self/ns/net"]
 # paths that name (through a link) a directory
 DIR_PATHS = ["self", "tself", "root1", "sroot", "cwd", "cwdup", "fds", "fdroot", "viadir",
              "self/root", "self/cwd", "self/fd", "self/map_files", "root1/workspace",
@@ -208,6 +214,10 @@ def test_magic_links_themselves(srv, linked):
         assert srv.fdel(sid, "ctl").status == 204
         assert srv.fdel(sid, "r").status == 204
         assert srv.sh(sid, "ls").split() == ["exe"]
+        # a hard link is the same file, not a link to follow
+        srv.sh(sid, "ln exe hard")
+        assert srv.fread(sid, "hard") == b"mine"
+        assert srv.fstat(sid, "hard").json()["type"] == "file"
     finally:
         srv.delete(f"/v1/sandboxes/{sid}")
     assert agent_id() == before

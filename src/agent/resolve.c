@@ -175,8 +175,8 @@ int fsr_walk(int start, const char *path, int flags, struct fsr *out)
 				return fail(&cur, fd, ELOOP);
 			char t[PATH_MAX];
 			ssize_t tl = readlinkat(fd, "", t, sizeof t - 1);
-			if (tl <= 0)
-				return fail(&cur, fd, tl == 0 ? ENOENT : errno);
+			if (tl <= 0 || tl >= (ssize_t)sizeof t - 1)
+				return fail(&cur, fd, tl == 0 ? ENOENT : tl > 0 ? ENAMETOOLONG : errno);
 			close(fd);
 			t[tl] = '\0';
 			char *nb = bufs[which ^ 1];

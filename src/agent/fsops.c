@@ -2,10 +2,14 @@
  * sandbox's mount view, Landlock and seccomp confine them exactly as they
  * confine the sandbox's own processes, so no path, symlink or ".." can
  * reach what the sandbox cannot. On top of that: /proc, /sys and /dev are
- * refused (the agent's own /proc/self would be a way to its memory), and
- * only regular files are read or written. See agent.h. */
+ * refused (the agent's own /proc/self would be a way to its memory), every
+ * path is resolved by resolve.c (no magic link, no kernel filesystem on
+ * the way), every object is then reached by descriptor (openat & co, the
+ * last component with O_NOFOLLOW), and only regular files are read or
+ * written. See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "resolve.h"
 
 #include "../patch/patch.h"
 #include "../proto/entries.h"
@@ -17,6 +21,7 @@
 #include <linux/magic.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/random.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -31,6 +36,7 @@ static bool have_mask_dev;
 
 void fs_init(void)
 {
+	fsr_init();
 	/* /proc/timer_list is always covered by the engine's empty mask
 	 * file: the device of masks and write-protection placeholders. */
 	struct stat st;
@@ -113,11 +119,31 @@ static bool resolve(const struct agent_req *r, json_t *req, const char *key, cha
 /* After open: still not a kernel filesystem (a symlink may point there). */
 static bool plain_fs(int fd)
 {
-	struct statfs sf;
-	if (fstatfs(fd, &sf) < 0)
-		return false;
-	return sf.f_type != PROC_SUPER_MAGIC && sf.f_type != SYSFS_MAGIC &&
-	       sf.f_type != DEVPTS_SUPER_MAGIC;
+	return !fsr_refused(fd);
+}
+
+/* Answer the error of resolving or opening path. */
+static void path_fail(const struct agent_req *r, const char *path, int err)
+{
+	if (err == EXDEV)
+		agent_fail(r, "invalid_path",
+			   "%s: outside the sandbox's files (a link into /proc, /sys, /dev or "
+			   "another kernel filesystem)",
+			   path);
+	else if (err == ELOOP)
+		agent_fail(r, "invalid_path",
+			   "%s: too many symbolic links, or one where none may be", path);
+	else
+		agent_fail(r, agent_errno_code(err), "%s: %s", path, strerror(err));
+}
+
+/* Resolve path (see resolve.h); answers the error itself. */
+static bool walk(const struct agent_req *r, const char *path, int flags, struct fsr *out)
+{
+	if (fsr_walk(FSR_ROOT, path, flags, out) == 0)
+		return true;
+	path_fail(r, path, errno);
+	return false;
 }
 
 static const char *type_name(mode_t m)
@@ -135,9 +161,15 @@ static json_t *entry_json(const char *name, const char *path, const struct stat 
 /* Open a regular file for reading; answers the error itself. */
 static int open_regular(const struct agent_req *r, const char *path, struct stat *st)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+	struct fsr w;
+	if (!walk(r, path, FSR_FOLLOW, &w))
+		return -1;
+	/* O_NONBLOCK: a FIFO swapped in does not block us (and is refused) */
+	int fd = openat(w.dir, w.name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+	int err = errno;
+	fsr_done(&w);
 	if (fd < 0) {
-		agent_fail(r, agent_errno_code(errno), "%s: %s", path, strerror(errno));
+		path_fail(r, path, err);
 		return -1;
 	}
 	if (fstat(fd, st) < 0 || !plain_fs(fd) || !S_ISREG(st->st_mode)) {
@@ -199,63 +231,52 @@ void fs_read(const struct agent_req *r, json_t *req)
 	free(buf);
 }
 
-/* mkdir -p of the directory part of path (or all of it when leaf). */
-static int mkdirs(char *path, bool leaf)
+/* A fresh name for a temporary file or directory next to `name`. */
+static int tmp_name(char *out, size_t cap, const char *prefix, const char *name)
 {
-	for (char *s = path + 1; *s; s++) {
-		if (*s != '/')
-			continue;
-		*s = '\0';
-		int rc = mkdir(path, 0755);
-		int err = errno;
-		*s = '/';
-		if (rc < 0 && err != EEXIST) {
-			errno = err;
-			return -1;
-		}
-	}
-	if (leaf && mkdir(path, 0755) < 0 && errno != EEXIST)
+	unsigned char r[6];
+	if (getrandom(r, sizeof r, 0) != (ssize_t)sizeof r)
 		return -1;
-	if (leaf) {
-		struct stat st;
-		if (stat(path, &st) < 0)
-			return -1;
-		if (!S_ISDIR(st.st_mode)) {
-			errno = ENOTDIR;
-			return -1;
-		}
-	}
+	snprintf(out, cap, ".%.200s%s%02x%02x%02x%02x%02x%02x", name, prefix, r[0], r[1], r[2],
+		 r[3], r[4], r[5]);
 	return 0;
 }
 
-/* Write data to path atomically (temp file + rename), keeping an existing
- * file's mode. The temp file is left for the caller to rename when tmp is
- * given (all-or-nothing patches). */
-static int write_file(const char *path, const void *data, size_t len, mode_t mode,
+/* Write data to name in dir atomically (temp file + rename), keeping an
+ * existing file's mode; a symlink there is replaced, not followed. The
+ * temp file (in dir) is left for the caller to rename when tmp is given
+ * (all-or-nothing patches). */
+static int write_file(int dir, const char *name, const void *data, size_t len, mode_t mode,
 		      char *tmp, size_t tmpcap)
 {
-	char local[PATH_MAX];
+	char local[NAME_MAX + 1];
 	char *t = tmp ? tmp : local;
 	size_t cap = tmp ? tmpcap : sizeof local;
 	struct stat st;
-	if (stat(path, &st) == 0) {
+	if (!strcmp(name, ".")) {
+		errno = EISDIR;
+		return -1;
+	}
+	if (fstatat(dir, name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
 		if (S_ISDIR(st.st_mode)) {
 			errno = EISDIR;
 			return -1;
 		}
-		if (!S_ISREG(st.st_mode)) {
+		if (!S_ISREG(st.st_mode) && !S_ISLNK(st.st_mode)) {
 			errno = EINVAL;
 			return -1;
 		}
-		mode = st.st_mode & 0777;
+		if (S_ISREG(st.st_mode))
+			mode = st.st_mode & 0777;
 	}
-	const char *slash = strrchr(path, '/');
-	if (snprintf(t, cap, "%.*s/.%s.moat-XXXXXX", (int)(slash - path), path, slash + 1) >=
-	    (int)cap) {
-		errno = ENAMETOOLONG;
-		return -1;
+	int fd = -1;
+	for (int i = 0; i < 16 && fd < 0; i++) {
+		if (tmp_name(t, cap, ".moat-", name) < 0)
+			return -1;
+		fd = openat(dir, t, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+		if (fd < 0 && errno != EEXIST)
+			return -1;
 	}
-	int fd = mkostemp(t, O_CLOEXEC);
 	if (fd < 0)
 		return -1;
 	const char *p = data;
@@ -267,7 +288,7 @@ static int write_file(const char *path, const void *data, size_t len, mode_t mod
 		if (n < 0) {
 			int err = errno;
 			close(fd);
-			unlink(t);
+			unlinkat(dir, t, 0);
 			errno = err;
 			return -1;
 		}
@@ -276,13 +297,13 @@ static int write_file(const char *path, const void *data, size_t len, mode_t mod
 	}
 	if (fchmod(fd, mode) < 0 || close(fd) < 0) {
 		int err = errno;
-		unlink(t);
+		unlinkat(dir, t, 0);
 		errno = err;
 		return -1;
 	}
-	if (!tmp && rename(t, path) < 0) {
+	if (!tmp && renameat(dir, t, dir, name) < 0) {
 		int err = errno;
-		unlink(t);
+		unlinkat(dir, t, 0);
 		errno = err;
 		return -1;
 	}
@@ -298,11 +319,46 @@ void fs_write(const struct agent_req *r, json_t *req, const void *data, size_t l
 		agent_fail(r, "is_directory", "%s is a directory", path);
 		return;
 	}
-	if (mkdirs(path, false) < 0 || write_file(path, data, len, 0644, NULL, 0) < 0) {
-		agent_fail(r, agent_errno_code(errno), "%s: %s", path, strerror(errno));
+	struct fsr w;
+	if (!walk(r, path, FSR_MKDIRS, &w))
+		return;
+	int rc = write_file(w.dir, w.name, data, len, 0644, NULL, 0);
+	int err = errno;
+	fsr_done(&w);
+	if (rc < 0) {
+		path_fail(r, path, err);
 		return;
 	}
 	agent_reply(r, json_object(), NULL, 0);
+}
+
+/* mkdir -p of path; the leaf left open as *dirfd when asked for. */
+static int make_dirs(const struct agent_req *r, const char *path, int *dirfd)
+{
+	struct fsr w;
+	if (!walk(r, path, FSR_FOLLOW | FSR_MKDIRS, &w))
+		return -1;
+	int rc = strcmp(w.name, ".") && mkdirat(w.dir, w.name, 0755) < 0 && errno != EEXIST ? -1 : 0;
+	int fd = rc < 0 ? -1 : openat(w.dir, w.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno;
+	fsr_done(&w);
+	if (fd < 0) {
+		if (err == ENOTDIR)
+			agent_fail(r, "conflict", "%s: %s", path, strerror(err));
+		else
+			path_fail(r, path, err);
+		return -1;
+	}
+	if (!plain_fs(fd)) {
+		close(fd);
+		path_fail(r, path, EXDEV);
+		return -1;
+	}
+	if (dirfd)
+		*dirfd = fd;
+	else
+		close(fd);
+	return 0;
 }
 
 void fs_mkdir(const struct agent_req *r, json_t *req)
@@ -310,11 +366,8 @@ void fs_mkdir(const struct agent_req *r, json_t *req)
 	char path[PATH_MAX];
 	if (!resolve(r, req, "path", path, sizeof path))
 		return;
-	if (mkdirs(path, true) < 0) {
-		agent_fail(r, errno == ENOTDIR ? "conflict" : agent_errno_code(errno), "%s: %s",
-			   path, strerror(errno));
+	if (make_dirs(r, path, NULL) < 0)
 		return;
-	}
 	agent_reply(r, json_object(), NULL, 0);
 }
 
@@ -366,22 +419,34 @@ void fs_delete(const struct agent_req *r, json_t *req)
 		return;
 	}
 	bool recursive = json_is_true(json_object_get(req, "recursive"));
+	struct fsr w;
+	if (!walk(r, path, 0, &w))
+		return;
 	struct stat st;
-	if (lstat(path, &st) < 0) {
-		agent_fail(r, agent_errno_code(errno), "%s: %s", path, strerror(errno));
+	if (fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		path_fail(r, path, errno);
+		fsr_done(&w);
 		return;
 	}
 	if (is_mask(&st)) {
+		fsr_done(&w);
 		agent_fail(r, "forbidden", "%s is protected by the sandbox policy", path);
 		return;
 	}
 	int rc;
-	if (!S_ISDIR(st.st_mode))
-		rc = unlink(path);
-	else if (!recursive)
-		rc = rmdir(path);
-	else
-		rc = remove_tree(AT_FDCWD, path, st.st_dev, 0);
+	if (!strcmp(w.name, ".")) {
+		rc = -1;
+		errno = EINVAL;
+	} else if (!S_ISDIR(st.st_mode)) {
+		rc = unlinkat(w.dir, w.name, 0);
+	} else if (!recursive) {
+		rc = unlinkat(w.dir, w.name, AT_REMOVEDIR);
+	} else {
+		rc = remove_tree(w.dir, w.name, st.st_dev, 0);
+	}
+	int err = errno;
+	fsr_done(&w);
+	errno = err;
 	if (rc < 0) {
 		if (errno == ENOTEMPTY || errno == EEXIST)
 			agent_fail(r, "conflict", "%s is a non-empty directory (use recursive)",
@@ -398,30 +463,42 @@ void fs_stat(const struct agent_req *r, json_t *req)
 	char path[PATH_MAX];
 	if (!resolve(r, req, "path", path, sizeof path))
 		return;
+	struct fsr w;
+	if (!walk(r, path, 0, &w))
+		return;
 	struct stat st;
-	if (lstat(path, &st) < 0 || is_mask(&st)) {
-		agent_fail(r, "not_found", "%s: %s", path,
-			   is_mask(&st) ? "No such file or directory" : strerror(errno));
+	if (fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW) < 0 || is_mask(&st)) {
+		int err = errno;
+		fsr_done(&w);
+		if (err == EXDEV || err == ELOOP)
+			path_fail(r, path, err);
+		else
+			agent_fail(r, "not_found", "%s: %s", path,
+				   is_mask(&st) ? "No such file or directory" : strerror(err));
 		return;
 	}
 	const char *base = strrchr(path, '/') + 1;
 	json_t *o = entry_json(*base ? base : "/", path, &st);
 	if (S_ISLNK(st.st_mode)) {
 		char t[PATH_MAX];
-		ssize_t n = readlink(path, t, sizeof t - 1);
+		ssize_t n = readlinkat(w.dir, w.name, t, sizeof t - 1);
 		if (n >= 0) {
 			t[n] = '\0';
 			json_object_set_new(o, "target", json_string(t));
 		}
 	}
+	fsr_done(&w);
 	agent_reply(r, json_pack("{s:o}", "entry", o), NULL, 0);
 }
 
-static void list_dir(const char *dir, int depth, json_t *out, bool *truncated)
+/* List the directory fd (taken over) shown as dir. */
+static void list_dir(int fd, const char *dir, int depth, json_t *out, bool *truncated)
 {
-	DIR *d = opendir(dir);
-	if (!d)
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		close(fd);
 		return;
+	}
 	struct dirent *de;
 	while ((de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
@@ -435,12 +512,20 @@ static void list_dir(const char *dir, int depth, json_t *out, bool *truncated)
 		    (int)sizeof p)
 			continue;
 		struct stat st;
-		if (lstat(p, &st) < 0 || is_mask(&st))
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || is_mask(&st))
 			continue;
 		json_array_append_new(out, entry_json(de->d_name, p, &st));
 		if (S_ISDIR(st.st_mode) && depth > 1 && !under(p, "/proc") && !under(p, "/sys") &&
-		    !under(p, "/dev"))
-			list_dir(p, depth - 1, out, truncated);
+		    !under(p, "/dev")) {
+			int sub = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0 && !plain_fs(sub)) {
+				close(sub);
+				sub = -1;
+			}
+			if (sub >= 0)
+				list_dir(sub, p, depth - 1, out, truncated);
+		}
 	}
 	closedir(d);
 }
@@ -455,21 +540,27 @@ void fs_list(const struct agent_req *r, json_t *req)
 		depth = 1;
 	if (depth > 64)
 		depth = 64;
-	int fd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	struct fsr w;
+	if (!walk(r, path, FSR_FOLLOW, &w))
+		return;
+	int fd = openat(w.dir, w.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno;
+	fsr_done(&w);
 	if (fd < 0) {
-		agent_fail(r, errno == ENOTDIR ? "invalid_request" : agent_errno_code(errno),
-			   "%s: %s", path, errno == ENOTDIR ? "not a directory" : strerror(errno));
+		if (err == ENOTDIR)
+			agent_fail(r, "invalid_request", "%s: not a directory", path);
+		else
+			path_fail(r, path, err);
 		return;
 	}
-	bool ok = plain_fs(fd);
-	close(fd);
-	if (!ok) {
+	if (!plain_fs(fd)) {
+		close(fd);
 		agent_fail(r, "invalid_path", "%s: outside the sandbox's files", path);
 		return;
 	}
 	json_t *a = json_array();
 	bool truncated = false;
-	list_dir(path, (int)depth, a, &truncated);
+	list_dir(fd, path, (int)depth, a, &truncated);
 	agent_reply(r, json_pack("{s:o,s:b}", "entries", a, "truncated", truncated), NULL, 0);
 }
 
@@ -477,18 +568,27 @@ void fs_list(const struct agent_req *r, json_t *req)
 
 /* A rename over a protected (read-only bound) file would fail with EBUSY
  * half-way through a commit: find it while staging. */
-static bool writable_or_missing(const char *path)
+static bool writable_or_missing(const struct fsr *at)
 {
 	struct stat st;
-	if (lstat(path, &st) < 0)
-		return errno == ENOENT;
-	return !is_mask(&st) && access(path, W_OK) == 0;
+	if (fstatat(at->dir, at->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT && !fsr_readonly(at->dir);
+	if (is_mask(&st))
+		return false;
+	int fd = openat(at->dir, at->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	bool ok = fd >= 0 && !fsr_readonly(fd) &&
+		  (S_ISLNK(st.st_mode) || faccessat(at->dir, at->name, W_OK, 0) == 0);
+	if (fd >= 0)
+		close(fd);
+	return ok;
 }
 
 struct change {
 	char path[PATH_MAX]; /* file written (the target, after a move) */
 	char from[PATH_MAX]; /* file removed ("" if none) */
-	char tmp[PATH_MAX];  /* staged content ("" if none) */
+	struct fsr at;       /* where path is */
+	struct fsr fromat;   /* where from is */
+	char tmp[NAME_MAX + 1]; /* staged content, in at.dir ("" if none) */
 	const char *op;
 };
 
@@ -500,6 +600,41 @@ static bool patch_path(const struct agent_req *r, const char *p, char *out, size
 	return ok;
 }
 
+/* Where a patch's path is (its leaf not followed); answers the error. */
+static bool patch_walk(const struct agent_req *r, const char *shown, const char *path,
+		       int flags, struct fsr *out)
+{
+	if (fsr_walk(FSR_ROOT, path, flags, out) == 0)
+		return true;
+	if (errno == EXDEV || errno == ELOOP)
+		path_fail(r, path, errno);
+	else
+		agent_fail(r, "patch_failed", "%s: %s", shown, strerror(errno));
+	return false;
+}
+
+/* Open a patch's file for reading, through links (none magic). */
+static int patch_open(const char *path)
+{
+	struct fsr w;
+	if (fsr_walk(FSR_ROOT, path, FSR_FOLLOW, &w) < 0)
+		return -1;
+	int fd = openat(w.dir, w.name, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY | O_NOFOLLOW);
+	int err = errno;
+	fsr_done(&w);
+	errno = err;
+	return fd;
+}
+
+static void changes_free(struct change *ch, size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		fsr_done(&ch[i].at);
+		fsr_done(&ch[i].fromat);
+	}
+	free(ch);
+}
+
 void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t len)
 {
 	struct moat_err e = {0};
@@ -508,12 +643,15 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 		agent_fail(r, "invalid_request", "patch: %s", e.msg);
 		return;
 	}
-	struct change *ch = calloc(pt.n ? pt.n : 1, sizeof *ch);
+	size_t nch = pt.n ? pt.n : 1;
+	struct change *ch = calloc(nch, sizeof *ch);
 	if (!ch) {
 		moat_patch_free(&pt);
 		agent_fail(r, "internal", "out of memory");
 		return;
 	}
+	for (size_t i = 0; i < nch; i++)
+		ch[i].at.dir = ch[i].fromat.dir = -1;
 	size_t staged = 0;
 	bool failed = false;
 	/* 1. compute every new content and stage it next to its target;
@@ -521,34 +659,36 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 	for (size_t i = 0; i < pt.n && !failed; i++) {
 		const struct moat_patch_file *f = &pt.files[i];
 		struct change *c = &ch[i];
-		if (!patch_path(r, f->path, c->path, sizeof c->path)) {
+		if (!patch_path(r, f->path, c->path, sizeof c->path) ||
+		    !patch_walk(r, f->path, c->path, f->kind == MOAT_PATCH_ADD ? FSR_MKDIRS : 0,
+				&c->at)) {
 			failed = true;
 			break;
 		}
-		if (!writable_or_missing(c->path)) {
+		if (!writable_or_missing(&c->at)) {
 			agent_fail(r, "patch_failed", "%s: protected by the sandbox policy", f->path);
 			failed = true;
 			break;
 		}
+		struct fsr dst = {.dir = -1};
 		if (f->move_to) {
-			char dst[PATH_MAX];
-			if (!patch_path(r, f->move_to, dst, sizeof dst)) {
-				failed = true;
-				break;
-			}
-			if (!writable_or_missing(dst)) {
+			char dpath[PATH_MAX];
+			bool ok = patch_path(r, f->move_to, dpath, sizeof dpath) &&
+				  patch_walk(r, f->move_to, dpath, FSR_MKDIRS, &dst);
+			if (ok && !writable_or_missing(&dst)) {
 				agent_fail(r, "patch_failed", "%s: protected by the sandbox policy",
 					   f->move_to);
+				ok = false;
+			}
+			fsr_done(&dst);
+			if (!ok) {
 				failed = true;
 				break;
 			}
 		}
 		if (f->kind == MOAT_PATCH_ADD) {
 			c->op = "add";
-			char dirpart[PATH_MAX];
-			snprintf(dirpart, sizeof dirpart, "%s", c->path);
-			if (mkdirs(dirpart, false) < 0 ||
-			    write_file(c->path, f->content, f->content_len, 0644, c->tmp,
+			if (write_file(c->at.dir, c->at.name, f->content, f->content_len, 0644, c->tmp,
 				       sizeof c->tmp) < 0) {
 				agent_fail(r, "patch_failed", "%s: %s", f->path, strerror(errno));
 				c->tmp[0] = '\0';
@@ -558,10 +698,14 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			continue;
 		}
 		struct stat st;
-		int fd = open(c->path, O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+		int fd = patch_open(c->path);
 		if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || !plain_fs(fd)) {
-			agent_fail(r, "patch_failed", "%s: %s", f->path,
-				   fd < 0 ? strerror(errno) : "not a regular file");
+			int err = errno;
+			if (fd < 0 && (err == EXDEV || err == ELOOP))
+				path_fail(r, c->path, err);
+			else
+				agent_fail(r, "patch_failed", "%s: %s", f->path,
+					   fd < 0 ? strerror(err) : "not a regular file");
 			if (fd >= 0)
 				close(fd);
 			failed = true;
@@ -571,6 +715,8 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			close(fd);
 			c->op = "delete";
 			snprintf(c->from, sizeof c->from, "%s", c->path);
+			c->fromat = c->at;
+			c->at.dir = -1;
 			staged++;
 			continue;
 		}
@@ -596,21 +742,17 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 		if (f->move_to) {
 			c->op = "move";
 			snprintf(c->from, sizeof c->from, "%s", c->path);
-			if (!patch_path(r, f->move_to, c->path, sizeof c->path)) {
-				free(neu);
-				failed = true;
-				break;
-			}
-			char dirpart[PATH_MAX];
-			snprintf(dirpart, sizeof dirpart, "%s", c->path);
-			if (mkdirs(dirpart, false) < 0) {
-				agent_fail(r, "patch_failed", "%s: %s", f->move_to, strerror(errno));
+			c->fromat = c->at;
+			c->at.dir = -1;
+			if (!patch_path(r, f->move_to, c->path, sizeof c->path) ||
+			    !patch_walk(r, f->move_to, c->path, FSR_MKDIRS, &c->at)) {
 				free(neu);
 				failed = true;
 				break;
 			}
 		}
-		rc = write_file(c->path, neu, neulen, st.st_mode & 0777, c->tmp, sizeof c->tmp);
+		rc = write_file(c->at.dir, c->at.name, neu, neulen, st.st_mode & 0777, c->tmp,
+				sizeof c->tmp);
 		free(neu);
 		staged++;
 		if (rc < 0) {
@@ -623,79 +765,100 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 	if (failed) {
 		for (size_t i = 0; i < staged; i++)
 			if (ch[i].tmp[0])
-				unlink(ch[i].tmp);
-		free(ch);
+				unlinkat(ch[i].at.dir, ch[i].tmp, 0);
+		changes_free(ch, nch);
 		moat_patch_free(&pt);
 		return;
 	}
 	/* 2. commit: renames within one directory, then removals */
 	json_t *files = json_array();
 	for (size_t i = 0; i < pt.n; i++) {
-		if (ch[i].tmp[0] && rename(ch[i].tmp, ch[i].path) < 0)
-			unlink(ch[i].tmp);
+		struct change *c = &ch[i];
+		if (c->tmp[0] && renameat(c->at.dir, c->tmp, c->at.dir, c->at.name) < 0)
+			unlinkat(c->at.dir, c->tmp, 0);
 		/* a delete, or the source of a move */
-		if (ch[i].from[0] && (!ch[i].tmp[0] || strcmp(ch[i].from, ch[i].path) != 0))
-			unlink(ch[i].from);
+		if (c->from[0] && (!c->tmp[0] || strcmp(c->from, c->path) != 0))
+			unlinkat(c->fromat.dir, c->fromat.name, 0);
 		json_array_append_new(files, json_pack("{s:s,s:s}", "path",
-						       ch[i].from[0] && !ch[i].tmp[0]
-							       ? ch[i].from
-							       : ch[i].path,
-						       "op", ch[i].op));
+						       c->from[0] && !c->tmp[0] ? c->from : c->path,
+						       "op", c->op));
 	}
-	free(ch);
+	changes_free(ch, nch);
 	moat_patch_free(&pt);
 	agent_reply(r, json_pack("{s:o}", "files", files), NULL, 0);
 }
 
 /* ---- trees in and out (entry streams) ---------------------------------- */
 
-static int pack_dir(const char *dir, const char *rel, struct moat_buf *b, uint64_t *total,
+/* Pack the directory fd (taken over), rel being its path in the stream. */
+static int pack_dir(int fd, const char *rel, struct moat_buf *b, uint64_t *total,
 		    struct moat_err *e, int depth)
 {
-	DIR *d = opendir(dir);
-	if (!d)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", dir);
+	DIR *d = fdopendir(fd);
+	if (!d) {
+		int err = errno;
+		close(fd);
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", *rel ? rel : WORKSPACE);
+	}
 	struct dirent *de;
 	int rc = 0;
 	while (rc == 0 && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		char p[PATH_MAX], rp[PATH_MAX];
-		if (snprintf(p, sizeof p, "%s/%s", dir, de->d_name) >= (int)sizeof p ||
-		    snprintf(rp, sizeof rp, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
-			    (int)sizeof rp)
+		char rp[PATH_MAX];
+		if (snprintf(rp, sizeof rp, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
+		    (int)sizeof rp)
 			continue;
 		struct stat st;
-		if (lstat(p, &st) < 0 || is_mask(&st))
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || is_mask(&st))
 			continue;
 		struct moat_entry en = {.mode = st.st_mode & 0777, .mtime = st.st_mtime,
 					.path = rp, .path_len = strlen(rp)};
 		char *content = NULL;
 		char target[PATH_MAX];
+		int sub = -1;
 		if (S_ISDIR(st.st_mode)) {
 			en.type = 'd';
+			sub = openat(dirfd(d), de->d_name,
+				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0) {
+				rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", rp);
+				break;
+			}
+			if (!plain_fs(sub)) {
+				close(sub);
+				continue;
+			}
 		} else if (S_ISLNK(st.st_mode)) {
-			ssize_t n = readlink(p, target, sizeof target - 1);
+			ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
 			if (n <= 0)
 				continue;
 			en.type = 'l';
 			en.data = target;
 			en.size = (uint64_t)n;
 		} else if (S_ISREG(st.st_mode)) {
-			int fd = open(p, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+			int ffd = openat(dirfd(d), de->d_name,
+					 O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+			struct stat fst;
+			if (ffd < 0 || fstat(ffd, &fst) < 0 || !S_ISREG(fst.st_mode) ||
+			    !plain_fs(ffd)) {
+				if (ffd >= 0)
+					close(ffd);
+				continue;
+			}
 			size_t got = 0;
-			*total += (uint64_t)st.st_size;
+			*total += (uint64_t)fst.st_size;
 			if (*total > MAX_READ) {
+				close(ffd);
 				rc = moat_err_set(e, MOAT_E_USAGE, EFBIG,
 						  "the tree is over %u MiB", MAX_READ >> 20);
 				break;
 			}
-			if (fd < 0 || read_all(fd, (size_t)st.st_size, &content, &got) < 0) {
-				if (fd >= 0)
-					close(fd);
+			if (read_all(ffd, (size_t)fst.st_size, &content, &got) < 0) {
+				close(ffd);
 				continue;
 			}
-			close(fd);
+			close(ffd);
 			en.type = 'f';
 			en.data = content;
 			en.size = got;
@@ -704,8 +867,12 @@ static int pack_dir(const char *dir, const char *rel, struct moat_buf *b, uint64
 		}
 		rc = moat_entry_put(b, &en, e);
 		free(content);
-		if (rc == 0 && en.type == 'd' && depth < 256)
-			rc = pack_dir(p, rp, b, total, e, depth + 1);
+		if (sub >= 0) {
+			if (rc == 0 && depth < 256)
+				rc = pack_dir(sub, rp, b, total, e, depth + 1);
+			else
+				close(sub);
+		}
 	}
 	closedir(d);
 	return rc;
@@ -716,10 +883,25 @@ void fs_pack(const struct agent_req *r, json_t *req)
 	char path[PATH_MAX];
 	if (!resolve(r, req, "path", path, sizeof path))
 		return;
+	struct fsr w;
+	if (!walk(r, path, FSR_FOLLOW, &w))
+		return;
+	int fd = openat(w.dir, w.name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	int err = errno;
+	fsr_done(&w);
+	if (fd < 0) {
+		path_fail(r, path, err);
+		return;
+	}
+	if (!plain_fs(fd)) {
+		close(fd);
+		path_fail(r, path, EXDEV);
+		return;
+	}
 	struct moat_buf b = {0};
 	struct moat_err e = {0};
 	uint64_t total = 0;
-	if (pack_dir(path, "", &b, &total, &e, 0) < 0) {
+	if (pack_dir(fd, "", &b, &total, &e, 0) < 0) {
 		agent_fail(r, e.errnum == EFBIG ? "too_large" : agent_errno_code(e.errnum), "%s",
 			   e.msg);
 		moat_buf_free(&b);
@@ -729,37 +911,130 @@ void fs_pack(const struct agent_req *r, json_t *req)
 	moat_buf_free(&b);
 }
 
-static int unpack_into(const char *root, const void *data, size_t len, struct moat_err *e)
+/* Unpack into the directory root: every entry is reached from root one
+ * component at a time and no symlink is followed on the way (a link the
+ * stream made, or one swapped in meanwhile, ends the unpack). */
+static int unpack_into(int root, const void *data, size_t len, struct moat_err *e)
 {
 	size_t off = 0;
 	struct moat_entry en;
 	int rc;
 	while ((rc = moat_entry_next(data, len, &off, &en, e)) == 1) {
 		char p[PATH_MAX];
-		if (snprintf(p, sizeof p, "%s/%.*s", root, (int)en.path_len, en.path) >=
-		    (int)sizeof p)
-			return moat_err_set(e, MOAT_E_USAGE, ENAMETOOLONG, "path too long");
-		if (mkdirs(p, false) < 0)
-			return moat_err_set(e, MOAT_E_USAGE, errno, "%.*s", (int)en.path_len,
-					    en.path);
+		snprintf(p, sizeof p, "%.*s", (int)en.path_len, en.path);
+		struct fsr w;
+		if (fsr_walk(root, p, FSR_MKDIRS | FSR_NOLINKS, &w) < 0)
+			return moat_err_set(e, MOAT_E_USAGE, errno, "%s: %s", p,
+					    errno == ELOOP || errno == EXDEV ? "below a symlink"
+									      : strerror(errno));
+		int ok = 0;
 		if (en.type == 'd') {
-			if (mkdir(p, en.mode | 0700) < 0 && errno != EEXIST)
-				return moat_err_set(e, MOAT_E_USAGE, errno, "%s", p);
+			if (mkdirat(w.dir, w.name, en.mode | 0700) < 0 && errno != EEXIST)
+				ok = -1;
 		} else if (en.type == 'l') {
 			char t[PATH_MAX];
 			snprintf(t, sizeof t, "%.*s", (int)en.size, (const char *)en.data);
-			unlink(p);
-			if (symlink(t, p) < 0)
-				return moat_err_set(e, MOAT_E_USAGE, errno, "%s", p);
+			unlinkat(w.dir, w.name, 0);
+			if (symlinkat(t, w.dir, w.name) < 0)
+				ok = -1;
 		} else {
 			struct stat st;
-			if (lstat(p, &st) == 0 && !S_ISREG(st.st_mode) && unlink(p) < 0)
-				return moat_err_set(e, MOAT_E_USAGE, errno, "%s", p);
-			if (write_file(p, en.data, en.size, en.mode, NULL, 0) < 0)
-				return moat_err_set(e, MOAT_E_USAGE, errno, "%s", p);
+			if (fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+			    !S_ISREG(st.st_mode) && unlinkat(w.dir, w.name, 0) < 0)
+				ok = -1;
+			else if (write_file(w.dir, w.name, en.data, en.size, en.mode, NULL, 0) < 0)
+				ok = -1;
 		}
+		int err = errno;
+		fsr_done(&w);
+		if (ok < 0)
+			return moat_err_set(e, MOAT_E_USAGE, err, "%s", p);
 	}
 	return rc;
+}
+
+/* name (in dir) is a mount point: a pinned or protected directory. */
+static bool mount_point(int dir, const char *name)
+{
+	struct statx a, b;
+	if (statx(dir, "", AT_EMPTY_PATH, STATX_MNT_ID, &a) < 0 ||
+	    statx(dir, name, AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT, STATX_MNT_ID, &b) < 0)
+		return false; /* what is not there can be created */
+	if (!(a.stx_mask & b.stx_mask & STATX_MNT_ID))
+		return a.stx_dev_major != b.stx_dev_major || a.stx_dev_minor != b.stx_dev_minor;
+	return a.stx_mnt_id != b.stx_mnt_id;
+}
+
+/* Would writing the entry rel below root meet a protected name (a
+ * read-only mount or a placeholder, the engine's write protection: the
+ * mandatory names, nested repositories' ones, deny-write paths)? With
+ * replace, a top-level name that is a mount point cannot be swapped either.
+ * The offending prefix of rel goes to what. */
+static bool entry_protected(int root, const char *rel, bool replace, char *what, size_t cap)
+{
+	int cur = fcntl(root, F_DUPFD_CLOEXEC, 0);
+	if (cur < 0)
+		return true;
+	bool bad = fsr_readonly(cur);
+	snprintf(what, cap, "%s", bad ? "." : "");
+	const char *s = rel;
+	for (int i = 0; !bad && *s; i++) {
+		const char *slash = strchrnul(s, '/');
+		char comp[NAME_MAX + 1];
+		snprintf(comp, sizeof comp, "%.*s", (int)(slash - s), s);
+		snprintf(what, cap, "%.*s", (int)(slash - rel), rel);
+		int fd = openat(cur, comp, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+		if (fd < 0)
+			break; /* missing: made in a directory checked writable */
+		struct stat st;
+		bad = fstat(fd, &st) < 0 || is_mask(&st) || fsr_readonly(fd) ||
+		      (replace && i == 0 && mount_point(cur, comp));
+		if (bad || !S_ISDIR(st.st_mode)) {
+			close(fd);
+			break;
+		}
+		close(cur);
+		cur = fd;
+		s = *slash ? slash + 1 : slash;
+	}
+	close(cur);
+	return bad;
+}
+
+/* Refuse the whole stream, before anything is applied, when one of its
+ * entries would land on a protected name (answered as forbidden). */
+static bool check_protected(const struct agent_req *r, int root, const void *data, size_t len,
+			    bool replace)
+{
+	size_t off = 0;
+	struct moat_entry en;
+	struct moat_err e = {0};
+	while (moat_entry_next(data, len, &off, &en, &e) == 1) {
+		char rel[PATH_MAX], what[PATH_MAX];
+		snprintf(rel, sizeof rel, "%.*s", (int)en.path_len, en.path);
+		if (entry_protected(root, rel, replace, what, sizeof what)) {
+			agent_fail(r, "forbidden",
+				   "%s: protected by the sandbox policy (%s is read-only or a "
+				   "protected mount); nothing was applied",
+				   rel, what);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* A fresh directory in root; its name in name, an fd to it returned. */
+static int make_tmpdir(int root, const char *prefix, char *name, size_t cap)
+{
+	for (int i = 0; i < 16; i++) {
+		if (tmp_name(name, cap, prefix, "") < 0)
+			return -1;
+		if (mkdirat(root, name, 0700) == 0)
+			return openat(root, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (errno != EEXIST)
+			return -1;
+	}
+	return -1;
 }
 
 void fs_unpack(const struct agent_req *r, json_t *req, const void *data, size_t len)
@@ -779,63 +1054,75 @@ void fs_unpack(const struct agent_req *r, json_t *req, const void *data, size_t 
 		return;
 	}
 	bool replace = json_is_true(json_object_get(req, "replace"));
+	int root;
+	if (make_dirs(r, path, &root) < 0)
+		return;
+	if (!check_protected(r, root, data, len, replace)) {
+		close(root);
+		return;
+	}
 	if (!replace) {
-		char p[PATH_MAX];
-		snprintf(p, sizeof p, "%s", path);
-		if (mkdirs(p, true) < 0 || unpack_into(path, data, len, &e) < 0) {
+		if (unpack_into(root, data, len, &e) < 0)
 			agent_fail(r, agent_errno_code(e.errnum ? e.errnum : errno), "%s",
 				   e.msg[0] ? e.msg : strerror(errno));
-			return;
-		}
-		agent_reply(r, json_object(), NULL, 0);
+		else
+			agent_reply(r, json_object(), NULL, 0);
+		close(root);
 		return;
 	}
 	/* replace: unpack beside, then swap the contents; the old contents
 	 * are removed only once the new ones are in place */
-	char stage[PATH_MAX], trash[PATH_MAX];
-	snprintf(stage, sizeof stage, "%s/.moat-stage-XXXXXX", path);
-	snprintf(trash, sizeof trash, "%s/.moat-trash-XXXXXX", path);
-	if (!mkdtemp(stage)) {
+	char stage[NAME_MAX + 1], trash[NAME_MAX + 1];
+	struct stat rst;
+	int sfd = fstat(root, &rst) < 0 ? -1 : make_tmpdir(root, "moat-stage-", stage, sizeof stage);
+	if (sfd < 0) {
 		agent_fail(r, agent_errno_code(errno), "%s: %s", path, strerror(errno));
+		close(root);
 		return;
 	}
-	struct stat rst;
-	if (stat(path, &rst) < 0 || unpack_into(stage, data, len, &e) < 0 || !mkdtemp(trash)) {
+	int tfd = -1;
+	if (unpack_into(sfd, data, len, &e) < 0 ||
+	    (tfd = make_tmpdir(root, "moat-trash-", trash, sizeof trash)) < 0) {
 		agent_fail(r, agent_errno_code(e.errnum ? e.errnum : errno), "%s",
 			   e.msg[0] ? e.msg : strerror(errno));
-		remove_tree(AT_FDCWD, stage, rst.st_dev, 0);
+		close(sfd);
+		remove_tree(root, stage, rst.st_dev, 0);
+		close(root);
 		return;
 	}
-	const char *sb = strrchr(stage, '/') + 1, *tb = strrchr(trash, '/') + 1;
-	DIR *d = opendir(path);
+	int lfd = openat(root, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	if (!d && lfd >= 0)
+		close(lfd);
 	struct dirent *de;
 	while (d && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..") ||
-		    !strcmp(de->d_name, sb) || !strcmp(de->d_name, tb))
+		    !strcmp(de->d_name, stage) || !strcmp(de->d_name, trash))
 			continue;
-		char from[PATH_MAX], to[PATH_MAX];
-		snprintf(from, sizeof from, "%s/%s", path, de->d_name);
-		snprintf(to, sizeof to, "%s/%s", trash, de->d_name);
 		struct stat st;
-		if (lstat(from, &st) == 0 && st.st_dev == rst.st_dev)
-			rename(from, to); /* mount points (protected names) stay */
+		if (fstatat(root, de->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
+		    st.st_dev == rst.st_dev)
+			renameat(root, de->d_name, tfd, de->d_name); /* mount points stay */
 	}
 	if (d)
 		closedir(d);
-	d = opendir(stage);
+	lfd = openat(sfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	d = lfd >= 0 ? fdopendir(lfd) : NULL;
+	if (!d && lfd >= 0)
+		close(lfd);
 	json_t *skipped = json_array();
 	while (d && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		char from[PATH_MAX], to[PATH_MAX];
-		snprintf(from, sizeof from, "%s/%s", stage, de->d_name);
-		snprintf(to, sizeof to, "%s/%s", path, de->d_name);
-		if (rename(from, to) < 0)
+		if (renameat(sfd, de->d_name, root, de->d_name) < 0)
 			json_array_append_new(skipped, json_string(de->d_name));
 	}
 	if (d)
 		closedir(d);
-	remove_tree(AT_FDCWD, stage, rst.st_dev, 0);
-	remove_tree(AT_FDCWD, trash, rst.st_dev, 0);
+	close(sfd);
+	close(tfd);
+	remove_tree(root, stage, rst.st_dev, 0);
+	remove_tree(root, trash, rst.st_dev, 0);
+	close(root);
 	agent_reply(r, json_pack("{s:o}", "skipped", skipped), NULL, 0);
 }

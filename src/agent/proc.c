@@ -4,6 +4,7 @@
  * there (until "output"), or at its deadline (a yield). See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "resolve.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -332,7 +333,7 @@ static int exec_path(char **argv, char **envp)
 }
 
 static __attribute__((noreturn)) void child(char **argv, char **envp, const char *cwd,
-					    int in, int out, int err, const char *pts,
+					    int cwdfd, int in, int out, int err, const char *pts,
 					    const struct winsize *ws)
 {
 	sigset_t none;
@@ -349,7 +350,7 @@ static __attribute__((noreturn)) void child(char **argv, char **envp, const char
 	}
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(125);
-	if (chdir(cwd) < 0) {
+	if (fchdir(cwdfd) < 0) {
 		say(2, "moat: cannot enter ", cwd, strerror(errno));
 		_exit(125);
 	}
@@ -371,18 +372,28 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	json_int_t cols = json_integer_value(json_object_get(req, "cols"));
 	json_int_t rows = json_integer_value(json_object_get(req, "rows"));
 	struct proc *p = NULL;
-	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1;
+	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1, cwdfd = -1;
 	char pts[128] = "";
 	if (!ok_argv || !ok_env || !argv[0] || !cwd) {
 		agent_fail(r, "invalid_request", "exec needs argv, env and cwd");
 		goto out;
 	}
-	struct stat st;
-	if (stat(cwd, &st) < 0 || !S_ISDIR(st.st_mode)) {
-		agent_fail(r, "invalid_request", "cwd %s: %s", cwd,
-			   errno && !S_ISDIR(st.st_mode) ? strerror(errno) : "not a directory");
+	/* resolved like every API path (resolve.h: no magic link, no kernel
+	 * filesystem), entered by descriptor */
+	struct fsr cw;
+	if (fsr_walk(FSR_ROOT, cwd, FSR_FOLLOW, &cw) < 0 ||
+	    (cwdfd = openat(cw.dir, cw.name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+	    fsr_refused(cwdfd)) {
+		int e = cwdfd >= 0 ? EXDEV : errno;
+		fsr_done(&cw);
+		if (e == EXDEV || e == ELOOP)
+			agent_fail(r, "invalid_path", "cwd %s: outside the sandbox's files", cwd);
+		else
+			agent_fail(r, "invalid_request", "cwd %s: %s", cwd,
+				   e == ENOTDIR ? "not a directory" : strerror(e));
 		goto out;
 	}
+	fsr_done(&cw);
 	for (int i = 0; i < MAX_PROCS && !p; i++)
 		if (!procs[i].id)
 			p = &procs[i];
@@ -414,7 +425,7 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 		goto out;
 	}
 	if (pid == 0)
-		child(argv, envp, cwd, in[0], out[1], err[1], tty ? pts : NULL, &ws);
+		child(argv, envp, cwd, cwdfd, in[0], out[1], err[1], tty ? pts : NULL, &ws);
 	memset(p, 0, sizeof *p);
 	p->id = next_id++;
 	if (next_id > 1000000000)
@@ -462,6 +473,7 @@ out:
 		closefd(&err[i]);
 	}
 	closefd(&master);
+	closefd(&cwdfd);
 	free(argv);
 	free(envp);
 }

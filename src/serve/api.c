@@ -422,8 +422,11 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 		pend_done(p);
 		if (p->kind == P_CREATE) {
 			struct box *b = p->b;
-			http_error(req, !strcmp(code ? code : "", "too_large") ? 413 : 400,
-				   "invalid_request", "manifest: %s", msg ? msg : "failed");
+			/* a protected name among the entries: 403, as for an archive */
+			bool fb = !strcmp(code ? code : "", "forbidden");
+			http_error(req, fb ? 403 : !strcmp(code ? code : "", "too_large") ? 413 : 400,
+				   fb ? "forbidden" : "invalid_request", "manifest: %s",
+				   msg ? msg : "failed");
 			box_delete(b);
 		} else if (p->streaming) {
 			sse_event(req, "error",

@@ -17,7 +17,7 @@ import stat
 import pytest
 
 from conftest import snapshot, diff_snap, wait_until
-from test_serve import Daemon, SERVE, AGENT, quiet_delete  # noqa: F401
+from test_serve import Daemon, SERVE, AGENT, quiet_delete, tar_members  # noqa: F401
 
 pytestmark = pytest.mark.skipif(
     not (os.access(SERVE, os.X_OK) and os.access(AGENT, os.X_OK)),
@@ -133,10 +133,11 @@ def test_api_walks_cope_with_the_deep_tree(walksrv):
     assert r.status == 200, r
     names = [e["path"] for e in r.json()["entries"]]
     assert max(len(p) for p in names) > 4096  # the whole depth, full paths
-    r = d.get(f"/v1/sandboxes/{sid}/archive?path=/workspace")
-    assert r.status in (200, 400, 413), r
-    if r.status != 200:
-        assert "path" in r.json()["error"]["message"]
+    # deeper than an archive path may be (4095 bytes): refused whole,
+    # naming the cause, not a tree cut short
+    r = d.get(f"/v1/sandboxes/{sid}/archive")
+    assert r.status == 400, r
+    assert "longer than 4095" in r.json()["error"]["message"], r
     # recursive delete from the API, then the agent still answers
     r = d.fdel(sid, "/workspace/" + "d" * 68, recursive=True)
     assert r.status == 204, r
@@ -221,5 +222,30 @@ def test_disk_limit_is_one_budget(walksrv):
         d.sh(sid, "head -c 12582912 /dev/zero > /workspace/a")
         j = d.ex(sid, "head -c 12582912 /dev/zero > /tmp/b")
         assert j["exit_code"] != 0 and "No space" in j["stderr"], j
+    finally:
+        quiet_delete(d, sid)
+
+
+def test_archive_of_a_deep_tree_is_whole(walksrv):
+    """300 levels of one-letter names fit an archive path: all of it comes
+    out, the bottom file included (not a tree cut at some depth)."""
+    d = walksrv
+    sid = d.create()["id"]
+    try:
+        d.sh(sid, "/usr/bin/python3 -c 'import os; os.makedirs(\"a/\" * 300); "
+                  "open(\"a/\" * 300 + \"bottom\", \"w\").write(\"deep\")'")
+        r = d.get(f"/v1/sandboxes/{sid}/archive")
+        assert r.status == 200, r
+        m = tar_members(r.body)
+        assert m["a/" * 300 + "bottom"][1] == b"deep"
+        r = d.flist(sid, "/workspace", depth=64)
+        assert r.status == 200, r
+        assert r.json()["truncated"] is False
+        assert any(e["path"].endswith("/a" * 64) for e in r.json()["entries"])
+        # an unreadable directory inside: said, not silently left out
+        d.sh(sid, "mkdir -p locked/x && chmod 000 locked")
+        r = d.flist(sid, "/workspace", depth=3)
+        assert r.status == 200, r
+        assert r.json()["truncated"] is True, r
     finally:
         quiet_delete(d, sid)

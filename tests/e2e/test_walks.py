@@ -249,3 +249,20 @@ def test_archive_of_a_deep_tree_is_whole(walksrv):
         assert r.json()["truncated"] is True, r
     finally:
         quiet_delete(d, sid)
+
+
+def test_commondir_made_a_tree_is_removed_whole(run, ws, outside):
+    """moat run: a `.git/commondir` the sandbox made is removed at the end
+    (test_escape.py); made a directory holding a tree (a mode-000 part, a
+    link out to a host directory), it goes whole and the host directory
+    behind the link stays."""
+    (ws / ".git").mkdir()
+    (outside / "keep.txt").write_text("host\n")
+    before = snapshot(outside)
+    r = run.sh(f'mkdir -p .git/commondir/a/b && echo x > .git/commondir/a/b/f && '
+               f'ln -s {outside} .git/commondir/a/out && chmod 000 .git/commondir/a/b && '
+               f'echo WROTE')
+    assert "WROTE" in r.stdout, r.stderr
+    assert not os.path.lexists(ws / ".git" / "commondir"), r.stderr
+    assert "removed" in r.stderr and "commondir" in r.stderr, r.stderr
+    assert not diff_snap(before, snapshot(outside))

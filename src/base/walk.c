@@ -12,11 +12,21 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
-#define DEFAULT_FDS 128
+/* The default budget of descriptors: an eighth of what the process may
+ * open, between 16 and 1024. */
+static size_t default_fds(void)
+{
+	struct rlimit rl;
+	if (getrlimit(RLIMIT_NOFILE, &rl) < 0 || rl.rlim_cur == RLIM_INFINITY)
+		return 1024;
+	size_t n = (size_t)(rl.rlim_cur / 8);
+	return n < 16 ? 16 : n > 1024 ? 1024 : n;
+}
 
 struct frame {
 	char *name;      /* in the parent directory; NULL for the top */
@@ -26,15 +36,20 @@ struct frame {
 	char **rest;     /* what was left of the listing when d was closed */
 	size_t nrest, next;
 	size_t plen;     /* length of this directory's path in w->path */
+	bool anchor;     /* counted as an anchor while open (see below) */
 };
 
 struct walker {
 	const struct moat_walk_opt *o;
 	struct frame *fr;
 	size_t n, cap;
-	size_t nopen;    /* frames above the top holding a descriptor */
-	size_t lo;       /* no frame in [1, lo) holds one */
-	size_t max_fds;
+	/* Descriptors: a window of the deepest levels (nopen of at most
+	 * max_open) and anchors, every stride-th level (nanchor of at most
+	 * max_anchor; the stride doubles when they are too many), so that a
+	 * reopen walks at most a stride of names: linear in the depth. */
+	size_t nopen, max_open;
+	size_t nanchor, max_anchor, stride;
+	size_t lo;       /* no window frame in [1, lo) holds one */
 	char *path;
 	size_t pcap;
 	uint64_t mnt;    /* the top's mount id (0: unknown, compare devices) */
@@ -169,7 +184,11 @@ static int spare(struct walker *w, size_t i)
 			return -1;
 	}
 	close_frame(f);
-	w->nopen--;
+	if (f->anchor)
+		w->nanchor--;
+	else
+		w->nopen--;
+	f->anchor = false;
 	return 0;
 }
 
@@ -177,10 +196,45 @@ static int spare(struct walker *w, size_t i)
 static int spare_one(struct walker *w)
 {
 	for (size_t i = w->lo; i < w->n; i++)
-		if (w->fr[i].fd >= 0) {
+		if (w->fr[i].fd >= 0 && !w->fr[i].anchor) {
 			w->lo = i + 1;
 			return spare(w, i);
 		}
+	return 0;
+}
+
+/* Frame i just got a descriptor: count it, as an anchor or in the window,
+ * and keep both within their budgets (frame i itself stays open). */
+static int opened(struct walker *w, size_t i)
+{
+	struct frame *f = &w->fr[i];
+	f->anchor = i % w->stride == 0;
+	if (!f->anchor) {
+		w->nopen++;
+		if (i < w->lo)
+			w->lo = i;
+		return w->nopen > w->max_open ? spare_one(w) : 0;
+	}
+	if (++w->nanchor <= w->max_anchor)
+		return 0;
+	w->stride *= 2;
+	for (size_t a = w->stride / 2; a <= i; a += w->stride / 2) {
+		struct frame *g = &w->fr[a];
+		if (!g->anchor || a % w->stride == 0)
+			continue;
+		if (a < i) {
+			if (spare(w, a) < 0)
+				return -1;
+		} else { /* frame i joins the window instead */
+			g->anchor = false;
+			w->nanchor--;
+			w->nopen++;
+			if (i < w->lo)
+				w->lo = i;
+			if (w->nopen > w->max_open && spare_one(w) < 0)
+				return -1;
+		}
+	}
 	return 0;
 }
 
@@ -200,15 +254,12 @@ static int reacquire(struct walker *w, size_t k)
 		struct stat st;
 		if (f->fd < 0)
 			return -1;
-		w->nopen++;
-		if (i < w->lo)
-			w->lo = i;
+		if (opened(w, i) < 0)
+			return -1;
 		if (fstat(f->fd, &st) < 0 || !same_inode(&st, &f->st)) {
 			errno = ESTALE;
 			return -1;
 		}
-		if (w->nopen > w->max_fds && spare_one(w) < 0)
-			return -1;
 	}
 	return 0;
 }
@@ -279,8 +330,12 @@ static int push(struct walker *w, const char *name, const struct stat *st, int f
 static void pop(struct walker *w)
 {
 	struct frame *f = &w->fr[--w->n];
-	if (f->fd >= 0 && w->n > 0)
-		w->nopen--;
+	if (f->fd >= 0 && w->n > 0) {
+		if (f->anchor)
+			w->nanchor--;
+		else
+			w->nopen--;
+	}
 	close_frame(f);
 	drop_rest(f);
 	free(f->name);
@@ -349,23 +404,18 @@ static int step(struct walker *w)
 	int fd = open_dir(w->o->flags, dfd, name, &st);
 	if (fd < 0)
 		return failed(w, errno);
-	if (w->nopen >= w->max_fds && spare_one(w) < 0) {
-		close(fd);
-		return failed(w, errno);
-	}
 	if (push(w, name, &st, fd, len) < 0) {
 		close(fd);
 		return failed(w, errno ? errno : ENOMEM);
 	}
-	w->nopen++;
-	return 0;
+	return opened(w, w->n - 1) < 0 ? failed(w, errno) : 0;
 }
 
 int moat_walk(int topfd, const struct moat_walk_opt *o, struct moat_err *e)
 {
-	struct walker w = {.o = o, .max_fds = o->max_fds ? o->max_fds : DEFAULT_FDS, .lo = 1};
-	if (w.max_fds < 2)
-		w.max_fds = 2;
+	size_t max = o->max_fds > 2 ? o->max_fds : o->max_fds ? 2 : default_fds();
+	struct walker w = {.o = o, .max_open = max - max / 2, .max_anchor = max / 2,
+			   .stride = 8, .lo = 1};
 	struct stat st;
 	int rc = -1;
 	int fd = openat(topfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);

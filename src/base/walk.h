@@ -7,10 +7,10 @@
  * to be the inode that was listed, and another mount (mount id, or device)
  * is reported but not entered. Depth is bounded only by the filesystem: the
  * stack of directories lives on the heap, and beyond max_fds open levels
- * the shallower ones are closed (their remaining listing kept in memory)
- * and reopened later by name from the nearest ancestor still open, each
- * component with O_NOFOLLOW and checked against its recorded device and
- * inode. */
+ * (half of them the deepest, half anchors spread over the depth) the
+ * others are closed (their remaining listing kept in memory) and reopened
+ * later by name from the nearest ancestor still open, each component with
+ * O_NOFOLLOW and checked against its recorded device and inode. */
 #ifndef MOAT_WALK_H
 #define MOAT_WALK_H
 
@@ -61,7 +61,7 @@ struct moat_walk_opt {
 	unsigned flags;
 	moat_walk_fn fn;
 	void *arg;
-	size_t max_fds; /* levels kept open at once; 0 = 128 */
+	size_t max_fds; /* levels kept open at once; 0 = RLIMIT_NOFILE / 8, 16..1024 */
 };
 
 /* Walk the directory open at topfd (kept open, not closed; any kind of

@@ -17,7 +17,8 @@ import stat
 import pytest
 
 from conftest import snapshot, diff_snap, wait_until
-from test_serve import Daemon, SERVE, AGENT, quiet_delete, tar_members  # noqa: F401
+from test_serve import (Daemon, SERVE, AGENT, make_rootfs, quiet_delete,  # noqa: F401
+                        tar_members)
 
 pytestmark = pytest.mark.skipif(
     not (os.access(SERVE, os.X_OK) and os.access(AGENT, os.X_OK)),
@@ -266,3 +267,30 @@ def test_commondir_made_a_tree_is_removed_whole(run, ws, outside):
     assert not os.path.lexists(ws / ".git" / "commondir"), r.stderr
     assert "removed" in r.stderr and "commondir" in r.stderr, r.stderr
     assert not diff_snap(before, snapshot(outside))
+
+
+# dash only (an image has no coreutils): exit 9 when a write fails
+FILL = ('s=$(printf "%01024d" 0); i=0; while [ $i -lt {n} ]; do echo $s || exit 9; '
+        'i=$((i+1)); done > {f}; echo rc=$?')
+
+
+def test_disk_limit_covers_an_image_overlay(walksrv):
+    """With an image, its overlay's changes share the same budget: 12 MB
+    written over the image leave no 12 MB for the workspace."""
+    d = walksrv
+    rf = d.allowed / "rootfs"
+    make_rootfs(rf)
+    r = d.post("/v1/sandboxes", {"image": str(rf), "limits": {"disk": "16M"}})
+    if r.status != 201:
+        pytest.skip(f"an image with limits.disk is refused here: {r!r}")
+    sid = r.json()["id"]
+    try:
+        j = d.ex(sid, FILL.format(n=40000, f="/data/big"))
+        assert j["exit_code"] == 9, j  # a write failed (dash says "I/O error")
+        d.sh(sid, ": > /data/big")  # no rm in the image: emptied
+        j = d.ex(sid, FILL.format(n=12 * 1024, f="/data/a"))
+        assert "rc=0" in j["stdout"], j
+        j = d.ex(sid, FILL.format(n=12 * 1024, f="/workspace/b"))
+        assert j["exit_code"] == 9, j
+    finally:
+        quiet_delete(d, sid)

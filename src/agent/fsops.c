@@ -671,6 +671,8 @@ static int pack_one(enum moat_walk_event ev, const struct moat_walk_ent *en, voi
 		_cleanup_close_ int fd = openat(en->dirfd, en->name, O_RDONLY | O_CLOEXEC |
 						O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 		size_t got = 0;
+		if (fd < 0 && errno == EACCES)
+			return 0; /* made unreadable (chmod 000): the sandbox's choice */
 		if (fd < 0 || read_all(fd, (size_t)st->st_size, &content, &got) < 0)
 			return moat_err_set(k->e, MOAT_E_SYSTEM, errno, "%s: %s",
 					    moat_show(shown, en->path, en->path_len),

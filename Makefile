@@ -20,7 +20,7 @@ PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
 # root filesystem image.
 SERVE_SRC  := $(wildcard src/serve/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
-AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c
+AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c src/base/walk.c
 # The egress gateway (libevent + OpenSSL): in the daemon, and as moat-gate
 # for `moat run`.
 GATE_SRC   := $(wildcard src/gate/*.c)

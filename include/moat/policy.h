@@ -71,9 +71,11 @@ struct moat_policy {
 			       * read-only under a private writable overlay
 			       * instead of the host's system directories */
 	uint64_t rootfs_size; /* bytes the overlay may hold; 0 = tmpfs default */
-	uint64_t workspace_tmpfs; /* >0: the workspace is a private in-memory
-				   * filesystem of this many bytes inside the
-				   * sandbox (moat serve's disk limit) */
+	uint64_t workspace_tmpfs; /* >0: the workspace is private and in
+				   * memory, and with /tmp, the home, /dev/shm
+				   * and an image's changes shares one tmpfs
+				   * of this many bytes (and one inode per
+				   * 4 KiB): moat serve's disk limit */
 	bool workspace_write; /* false in read-only mode */
 	enum moat_fs_base fs_base;
 	struct moat_strv allow_read, deny_read, allow_write, deny_write;

@@ -11,6 +11,9 @@
 #include "agent.h"
 #include "resolve.h"
 
+#include "../base/cleanup.h"
+#include "../base/util.h"
+#include "../base/walk.h"
 #include "../patch/patch.h"
 #include "../proto/entries.h"
 
@@ -371,42 +374,12 @@ void fs_mkdir(const struct agent_req *r, json_t *req)
 	agent_reply(r, json_object(), NULL, 0);
 }
 
-/* rm -r below dirfd, not following symlinks, staying on one filesystem
- * (a mount point inside is not emptied: it would fail with EBUSY). */
-static int remove_tree(int dirfd, const char *name, dev_t dev, int depth)
+/* rm -r, not following symlinks, staying on one filesystem (a mount
+ * point inside is not emptied: it would fail with EBUSY); any depth
+ * (src/base/walk.c). */
+static int remove_tree(int dirfd, const char *name)
 {
-	struct stat st;
-	if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
-		return -1;
-	if (!S_ISDIR(st.st_mode))
-		return unlinkat(dirfd, name, 0);
-	if (st.st_dev != dev || depth > 256) {
-		errno = EBUSY;
-		return -1;
-	}
-	int fd = openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		close(fd);
-		return -1;
-	}
-	struct dirent *de;
-	int rc = 0;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (remove_tree(fd, de->d_name, dev, depth + 1) < 0)
-			rc = -1;
-	}
-	int err = errno;
-	closedir(d);
-	if (rc < 0) {
-		errno = err;
-		return -1;
-	}
-	return unlinkat(dirfd, name, AT_REMOVEDIR);
+	return moat_walk_rm(dirfd, name, MOAT_WALK_DEV_ONLY);
 }
 
 void fs_delete(const struct agent_req *r, json_t *req)
@@ -442,7 +415,7 @@ void fs_delete(const struct agent_req *r, json_t *req)
 	} else if (!recursive) {
 		rc = unlinkat(w.dir, w.name, AT_REMOVEDIR);
 	} else {
-		rc = remove_tree(w.dir, w.name, st.st_dev, 0);
+		rc = remove_tree(w.dir, w.name);
 	}
 	int err = errno;
 	fsr_done(&w);
@@ -491,43 +464,55 @@ void fs_stat(const struct agent_req *r, json_t *req)
 	agent_reply(r, json_pack("{s:o}", "entry", o), NULL, 0);
 }
 
-/* List the directory fd (taken over) shown as dir. */
-static void list_dir(int fd, const char *dir, int depth, json_t *out, bool *truncated)
+/* A directory on another mount that is a kernel filesystem (/proc, /sys,
+ * /dev/pts below a listed "/"): shown at most, never entered. */
+static bool kernel_dir(const struct moat_walk_ent *en)
 {
-	DIR *d = fdopendir(fd);
-	if (!d) {
+	if (!S_ISDIR(en->st->st_mode) || !en->other_mount)
+		return false;
+	int fd = openat(en->dirfd, en->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	bool k = fd < 0 || !plain_fs(fd);
+	if (fd >= 0)
 		close(fd);
-		return;
+	return k;
+}
+
+struct lister {
+	const char *dir;
+	size_t depth;
+	json_t *out;
+	bool truncated;
+};
+
+static int list_one(enum moat_walk_event ev, const struct moat_walk_ent *en, void *arg)
+{
+	struct lister *l = arg;
+	if (ev != MOAT_WALK_ENTRY || is_mask(en->st))
+		return MOAT_WALK_SKIP;
+	if (json_array_size(l->out) >= MAX_LIST) {
+		l->truncated = true;
+		errno = 0;
+		return -1;
 	}
-	struct dirent *de;
-	while ((de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		if (json_array_size(out) >= MAX_LIST) {
-			*truncated = true;
-			break;
-		}
-		char p[PATH_MAX];
-		if (snprintf(p, sizeof p, "%s/%s", strcmp(dir, "/") ? dir : "", de->d_name) >=
-		    (int)sizeof p)
-			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || is_mask(&st))
-			continue;
-		json_array_append_new(out, entry_json(de->d_name, p, &st));
-		if (S_ISDIR(st.st_mode) && depth > 1 && !under(p, "/proc") && !under(p, "/sys") &&
-		    !under(p, "/dev")) {
-			int sub = openat(dirfd(d), de->d_name,
-					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub >= 0 && !plain_fs(sub)) {
-				close(sub);
-				sub = -1;
-			}
-			if (sub >= 0)
-				list_dir(sub, p, depth - 1, out, truncated);
-		}
-	}
-	closedir(d);
+	_cleanup_free_ char *p = moat_strdupf("%s/%s", strcmp(l->dir, "/") ? l->dir : "",
+					      en->path);
+	json_array_append_new(l->out, entry_json(en->name, p, en->st));
+	if (en->depth >= l->depth || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") ||
+	    kernel_dir(en))
+		return MOAT_WALK_SKIP;
+	return 0;
+}
+
+/* Entries down to depth; what cannot be read (an unreadable directory)
+ * is left out and said so in truncated. */
+static void list_dir(const char *dir, int dfd, size_t depth, json_t *out, bool *truncated)
+{
+	struct lister l = {.dir = dir, .depth = depth, .out = out};
+	struct moat_walk_opt o = {.flags = MOAT_WALK_KEEP_GOING | MOAT_WALK_CROSS_MOUNTS,
+				  .fn = list_one, .arg = &l};
+	if (moat_walk(dfd, &o, NULL) < 0)
+		l.truncated = true;
+	*truncated = l.truncated;
 }
 
 void fs_list(const struct agent_req *r, json_t *req)
@@ -560,7 +545,8 @@ void fs_list(const struct agent_req *r, json_t *req)
 	}
 	json_t *a = json_array();
 	bool truncated = false;
-	list_dir(fd, path, (int)depth, a, &truncated);
+	list_dir(path, fd, (size_t)depth, a, &truncated);
+	close(fd);
 	agent_reply(r, json_pack("{s:o,s:b}", "entries", a, "truncated", truncated), NULL, 0);
 }
 
@@ -790,92 +776,70 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 
 /* ---- trees in and out (entry streams) ---------------------------------- */
 
-/* Pack the directory fd (taken over), rel being its path in the stream. */
-static int pack_dir(int fd, const char *rel, struct moat_buf *b, uint64_t *total,
-		    struct moat_err *e, int depth)
+struct packer {
+	struct moat_buf *b;
+	uint64_t total;
+	struct moat_err *e;
+};
+
+/* Every entry goes in, or the whole pack fails: no half tree. */
+static int pack_one(enum moat_walk_event ev, const struct moat_walk_ent *en, void *arg)
 {
-	DIR *d = fdopendir(fd);
-	if (!d) {
-		int err = errno;
-		close(fd);
-		return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", *rel ? rel : WORKSPACE);
+	struct packer *k = arg;
+	const struct stat *st = en->st;
+	if (ev != MOAT_WALK_ENTRY || is_mask(st) || kernel_dir(en))
+		return MOAT_WALK_SKIP;
+	char shown[MOAT_SHOWN_CAP];
+	if (en->path_len > MOAT_ENTRY_PATH_MAX)
+		return moat_err_set(k->e, MOAT_E_USAGE, ENAMETOOLONG,
+				    "%s: a path longer than %u bytes",
+				    moat_show(shown, en->path, en->path_len), MOAT_ENTRY_PATH_MAX);
+	struct moat_entry en2 = {.mode = st->st_mode & 0777, .mtime = st->st_mtime,
+				 .path = en->path, .path_len = en->path_len};
+	_cleanup_free_ char *content = NULL;
+	char target[PATH_MAX];
+	if (S_ISDIR(st->st_mode)) {
+		en2.type = 'd';
+	} else if (S_ISLNK(st->st_mode)) {
+		ssize_t n = readlinkat(en->dirfd, en->name, target, sizeof target - 1);
+		if (n <= 0)
+			return moat_err_set(k->e, MOAT_E_SYSTEM, errno, "%s: readlink",
+					    moat_show(shown, en->path, en->path_len));
+		en2.type = 'l';
+		en2.data = target;
+		en2.size = (uint64_t)n;
+	} else if (S_ISREG(st->st_mode)) {
+		k->total += (uint64_t)st->st_size;
+		if (k->total > MAX_READ)
+			return moat_err_set(k->e, MOAT_E_USAGE, EFBIG, "the tree is over %u MiB",
+					    MAX_READ >> 20);
+		_cleanup_close_ int fd = openat(en->dirfd, en->name, O_RDONLY | O_CLOEXEC |
+						O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
+		size_t got = 0;
+		if (fd < 0 && errno == EACCES)
+			return 0; /* made unreadable (chmod 000): the sandbox's choice */
+		if (fd >= 0 && !plain_fs(fd))
+			return 0;
+		if (fd < 0 || read_all(fd, (size_t)st->st_size, &content, &got) < 0)
+			return moat_err_set(k->e, MOAT_E_SYSTEM, errno, "%s: %s",
+					    moat_show(shown, en->path, en->path_len),
+					    strerror(errno));
+		en2.type = 'f';
+		en2.data = content;
+		en2.size = got;
+	} else {
+		return 0; /* sockets, fifos, devices stay out */
 	}
-	struct dirent *de;
-	int rc = 0;
-	while (rc == 0 && (de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		char rp[PATH_MAX];
-		if (snprintf(rp, sizeof rp, "%s%s%s", rel, *rel ? "/" : "", de->d_name) >=
-		    (int)sizeof rp)
-			continue;
-		struct stat st;
-		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || is_mask(&st))
-			continue;
-		struct moat_entry en = {.mode = st.st_mode & 0777, .mtime = st.st_mtime,
-					.path = rp, .path_len = strlen(rp)};
-		char *content = NULL;
-		char target[PATH_MAX];
-		int sub = -1;
-		if (S_ISDIR(st.st_mode)) {
-			en.type = 'd';
-			sub = openat(dirfd(d), de->d_name,
-				     O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-			if (sub < 0) {
-				rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", rp);
-				break;
-			}
-			if (!plain_fs(sub)) {
-				close(sub);
-				continue;
-			}
-		} else if (S_ISLNK(st.st_mode)) {
-			ssize_t n = readlinkat(dirfd(d), de->d_name, target, sizeof target - 1);
-			if (n <= 0)
-				continue;
-			en.type = 'l';
-			en.data = target;
-			en.size = (uint64_t)n;
-		} else if (S_ISREG(st.st_mode)) {
-			int ffd = openat(dirfd(d), de->d_name,
-					 O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
-			struct stat fst;
-			if (ffd < 0 || fstat(ffd, &fst) < 0 || !S_ISREG(fst.st_mode) ||
-			    !plain_fs(ffd)) {
-				if (ffd >= 0)
-					close(ffd);
-				continue;
-			}
-			size_t got = 0;
-			*total += (uint64_t)fst.st_size;
-			if (*total > MAX_READ) {
-				close(ffd);
-				rc = moat_err_set(e, MOAT_E_USAGE, EFBIG,
-						  "the tree is over %u MiB", MAX_READ >> 20);
-				break;
-			}
-			if (read_all(ffd, (size_t)fst.st_size, &content, &got) < 0) {
-				close(ffd);
-				continue;
-			}
-			close(ffd);
-			en.type = 'f';
-			en.data = content;
-			en.size = got;
-		} else {
-			continue; /* sockets, fifos, devices stay out */
-		}
-		rc = moat_entry_put(b, &en, e);
-		free(content);
-		if (sub >= 0) {
-			if (rc == 0 && depth < 256)
-				rc = pack_dir(sub, rp, b, total, e, depth + 1);
-			else
-				close(sub);
-		}
-	}
-	closedir(d);
-	return rc;
+	return moat_entry_put(k->b, &en2, k->e) < 0 ? -1 : 0;
+}
+
+/* Pack the directory dfd (taken over). */
+static int pack_dir(int dfd, struct moat_buf *b, struct moat_err *e)
+{
+	_cleanup_close_ int fd = dfd;
+	struct packer k = {.b = b, .e = e};
+	struct moat_walk_opt o = {.flags = MOAT_WALK_CROSS_MOUNTS, .fn = pack_one, .arg = &k};
+	return moat_walk(fd, &o, e);
 }
 
 void fs_pack(const struct agent_req *r, json_t *req)
@@ -900,8 +864,7 @@ void fs_pack(const struct agent_req *r, json_t *req)
 	}
 	struct moat_buf b = {0};
 	struct moat_err e = {0};
-	uint64_t total = 0;
-	if (pack_dir(fd, "", &b, &total, &e, 0) < 0) {
+	if (pack_dir(fd, &b, &e) < 0) {
 		agent_fail(r, e.errnum == EFBIG ? "too_large" : agent_errno_code(e.errnum), "%s",
 			   e.msg);
 		moat_buf_free(&b);
@@ -1086,7 +1049,7 @@ void fs_unpack(const struct agent_req *r, json_t *req, const void *data, size_t 
 		agent_fail(r, agent_errno_code(e.errnum ? e.errnum : errno), "%s",
 			   e.msg[0] ? e.msg : strerror(errno));
 		close(sfd);
-		remove_tree(root, stage, rst.st_dev, 0);
+		remove_tree(root, stage);
 		close(root);
 		return;
 	}
@@ -1121,8 +1084,8 @@ void fs_unpack(const struct agent_req *r, json_t *req, const void *data, size_t 
 		closedir(d);
 	close(sfd);
 	close(tfd);
-	remove_tree(root, stage, rst.st_dev, 0);
-	remove_tree(root, trash, rst.st_dev, 0);
+	remove_tree(root, stage);
+	remove_tree(root, trash);
 	close(root);
 	agent_reply(r, json_pack("{s:o}", "skipped", skipped), NULL, 0);
 }

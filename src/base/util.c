@@ -5,7 +5,6 @@
 
 #include <ctype.h>
 #include <errno.h>
-#include <ftw.h>
 #include <fcntl.h>
 #include <math.h>
 #include <stdarg.h>
@@ -327,36 +326,4 @@ int moat_write_all(int fd, const void *buf, size_t len)
 		len -= (size_t)n;
 	}
 	return 0;
-}
-
-static int open_up(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if (flag == FTW_D || flag == FTW_DNR)
-		chmod(path, 0700);
-	return 0;
-}
-
-static int rm_one(const char *path, const struct stat *st, int flag, struct FTW *ftw)
-{
-	(void)st;
-	(void)ftw;
-	if (flag == FTW_DNR) {
-		/* still unreadable (a placeholder made after the first pass) */
-		if (chmod(path, 0700) == 0)
-			moat_rm_tree(path);
-		rmdir(path);
-	} else if (flag == FTW_DP) {
-		rmdir(path);
-	} else {
-		unlink(path);
-	}
-	return 0;
-}
-
-void moat_rm_tree(const char *dir)
-{
-	nftw(dir, open_up, 32, FTW_PHYS | FTW_MOUNT);
-	nftw(dir, rm_one, 32, FTW_DEPTH | FTW_PHYS | FTW_MOUNT);
 }

@@ -57,10 +57,11 @@ int moat_write_file(const char *path, const char *s, struct moat_err *e);
 /* write(2) all of buf to fd, retrying short writes and EINTR; 0 or -1. */
 int moat_write_all(int fd, const void *buf, size_t len);
 
-/* rm -rf of a directory of ours: depth first, no symlink followed, no
- * mount crossed; directories made unreadable (mode 000) inside are opened
- * up first (we own them). Best effort. */
-void moat_rm_tree(const char *dir);
+/* rm -rf of a directory of ours (walk.c: through directory descriptors,
+ * any depth, no symlink followed, no mount crossed); directories made
+ * unreadable (mode 000) or read-only inside are opened up first (we own
+ * them). Removes all it can; 0 when it is gone, -1 with errno if not. */
+int moat_rm_tree(const char *dir);
 
 /* Read up to cap-1 bytes of a file into buf (NUL-terminated). */
 int moat_read_file(const char *path, char *buf, size_t cap, struct moat_err *e);

@@ -31,6 +31,7 @@ enum mop_kind {
 
 #define MOP_F_RDONLY 1u
 #define MOP_F_OPTIONAL 2u /* source may be missing */
+#define MOP_F_SHARED 4u   /* overlay: its changes go to the setup tmpfs (one disk budget) */
 
 /* Landlock access classes attached to mount ops. */
 enum ll_class { LL_NONE = 0, LL_RO, LL_RW, LL_DEV, LL_PROC };

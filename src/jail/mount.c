@@ -139,6 +139,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 					    p->rootfs);
 		struct mop *ov = add_op(c, MOP_OVERLAY, p->rootfs, "/", 0, LL_RW);
 		ov->size = p->rootfs_size;
+		if (p->workspace_tmpfs) { /* the one budget: see jail_mount_child */
+			ov->size = 0;
+			ov->flags |= MOP_F_SHARED;
+		}
 		if (c->host_root && jail_ns_prepare_idmapped(c, ov, e) < 0)
 			return -1;
 	} else if (p->fs_base == MOAT_FS_SYSTEM) {
@@ -227,7 +231,9 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			struct mop *t = add_op(c, MOP_TMPFS, NULL, dst,
 					       b[i].rw ? 0 : MOP_F_RDONLY, b[i].rw ? LL_RW : LL_RO);
 			t->mode = 0755;
-			t->size = b[i].tmpfs;
+			/* a directory of the size-bounded setup tmpfs (see
+			 * jail_mount_child), not a filesystem of its own */
+			t->size = 0;
 			continue;
 		}
 		struct mop *op = add_op(c, MOP_BIND, b[i].path, dst,
@@ -549,12 +555,19 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 static int op_overlay(const struct mop *op, const char *lower, struct moat_err *e)
 {
 	char opts[PATH_MAX + 128];
-	if (op->size)
+	if (op->flags & MOP_F_SHARED) {
+		/* changes in the setup tmpfs: the sandbox's disk budget */
+		if (mkdir("/ovl", 0700) < 0 || mkdir("/ovl/upper", 0755) < 0 ||
+		    mkdir("/ovl/work", 0755) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s",
+					    op->src);
+	} else if (op->size)
 		snprintf(opts, sizeof opts, "size=%llu,mode=0755", (unsigned long long)op->size);
 	else
 		snprintf(opts, sizeof opts, "mode=0755");
-	if (mkdir("/ovl", 0700) < 0 || mount("tmpfs", "/ovl", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
-	    mkdir("/ovl/upper", 0755) < 0 || mkdir("/ovl/work", 0755) < 0)
+	if (!(op->flags & MOP_F_SHARED) &&
+	    (mkdir("/ovl", 0700) < 0 || mount("tmpfs", "/ovl", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
+	     mkdir("/ovl/upper", 0755) < 0 || mkdir("/ovl/work", 0755) < 0))
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
 	if (op->fd >= 0) { /* root mode: the image id-mapped by the host */
 		if (mkdir("/ovl/lower", 0755) < 0 ||
@@ -629,12 +642,26 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 	return moat_err_set(e, MOAT_E_SYSTEM, EINVAL, "unknown mount op");
 }
 
+/* inodes of the setup tmpfs that moat itself uses (mount points, masks) */
+#define SKELETON_INODES 1024
+
 int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 {
 	/* Nothing we mount may propagate back to the host. */
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "make / private");
-	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755") < 0)
+	/* With a disk budget (moat serve's limits.disk) this one tmpfs holds
+	 * everything the sandbox may write: the workspace, /tmp, the home,
+	 * /dev/shm and an image's changes are directories of it. Bytes and
+	 * inodes are both bounded (one inode per 4 KiB page, plus room for
+	 * the skeleton of mount points): ENOSPC inside, never a host disk
+	 * or the kernel's memory filled with empty files. */
+	char opts[96] = "mode=0755";
+	uint64_t disk = c->p->workspace_tmpfs;
+	if (disk)
+		snprintf(opts, sizeof opts, "mode=0755,size=%llu,nr_inodes=%llu",
+			 (unsigned long long)disk, (unsigned long long)(disk / 4096 + SKELETON_INODES));
+	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup tmpfs");
 	if (mkdir("/tmp/newroot", 0755) < 0 || mkdir("/tmp/oldroot", 0755) < 0 ||
 	    mkdir("/tmp/masks", 0755) < 0 || mkdir("/tmp/masks/emptydir", 0) < 0)

@@ -25,6 +25,7 @@
 
 #include "../base/cleanup.h"
 #include "../base/util.h"
+#include "../base/walk.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -284,7 +285,10 @@ void jail_protect_sweep(const char *root, const struct moat_strv *watch,
 		struct stat st;
 		if (pfd < 0 || fstatat(pfd, leaf, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
-		int r = unlinkat(pfd, leaf, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+		/* a directory there is the sandbox's (it was missing at the
+		 * start): it goes whole, whatever it holds (src/base/walk.c) */
+		int r = S_ISDIR(st.st_mode) ? moat_walk_rm(pfd, leaf, MOAT_WALK_OPEN_UP)
+					    : unlinkat(pfd, leaf, 0);
 		if (r < 0 && errno == EACCES) {
 			/* the sandbox made the directory read-only (chmod 555 .git):
 			 * we own it, make it writable again */
@@ -292,7 +296,8 @@ void jail_protect_sweep(const char *root, const struct moat_strv *watch,
 			struct stat pst;
 			snprintf(self, sizeof self, "/proc/self/fd/%d", pfd);
 			if (fstat(pfd, &pst) == 0 && chmod(self, (pst.st_mode & 07777) | S_IRWXU) == 0)
-				r = unlinkat(pfd, leaf, S_ISDIR(st.st_mode) ? AT_REMOVEDIR : 0);
+				r = S_ISDIR(st.st_mode) ? moat_walk_rm(pfd, leaf, MOAT_WALK_OPEN_UP)
+							: unlinkat(pfd, leaf, 0);
 		}
 		char msg[PATH_MAX + 160];
 		if (r == 0)

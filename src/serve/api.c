@@ -538,8 +538,6 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 		pend_done(p);
 		json_object_del(reply, "id");
 		json_t *out = p->kind == P_STAT ? json_object_get(reply, "entry") : reply;
-		if (p->kind == P_LIST)
-			json_object_del(reply, "truncated");
 		http_json(req, 200, json_incref(out ? out : reply));
 		pend_free(p);
 		return;

@@ -911,7 +911,9 @@ static void destroy(struct box *b, bool defer_free)
 			waitpid(b->pid, NULL, 0);
 	}
 	moat_cgroup_remove(&b->cgroups);
-	moat_rm_tree(b->dir);
+	if (moat_rm_tree(b->dir) < 0) /* said: the store forgets it next */
+		fprintf(stderr, "moat serve: %s: could not remove all of %s: %s\n", b->id, b->dir,
+			strerror(errno));
 	store_del(b->id);
 	b->running = false;
 	struct timeval now = {0, 0};

@@ -2,7 +2,10 @@
 #define _GNU_SOURCE
 #include "manifest.h"
 
+#include "../base/cleanup.h"
 #include "../base/util.h"
+#include "../base/walk.h"
+#include "../proto/entries.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -78,10 +81,11 @@ static char *host_path(struct mctx *c, const char *where, const char *src)
 	return NULL;
 }
 
-static int read_host_file(struct mctx *c, const char *where, const char *path, char **data,
-			  size_t *len, mode_t *mode)
+/* path is opened below dirfd (only its last component is not followed) */
+static int read_host_file(struct mctx *c, const char *where, int dirfd, const char *path,
+			  char **data, size_t *len, mode_t *mode)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK);
+	int fd = openat(dirfd, path, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK | O_NOCTTY);
 	struct stat st;
 	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		if (fd >= 0)
@@ -111,49 +115,65 @@ static int read_host_file(struct mctx *c, const char *where, const char *path, c
 	return 0;
 }
 
-/* Copy a host directory tree (no symlink followed; links copied as links). */
-static int copy_dir(struct mctx *c, const char *where, const char *host, const char *rel,
-		    int depth)
+struct copy {
+	struct mctx *c;
+	const char *where, *host, *rel;
+	char *rp;        /* rel + "/" + the entry's path */
+	size_t cap;
+};
+
+static int copy_one(enum moat_walk_event ev, const struct moat_walk_ent *en, void *arg)
 {
-	if (depth > 64)
-		return fail(c, EINVAL, where, "%s: too deep", host);
-	DIR *d = opendir(host);
-	if (!d)
-		return fail(c, EINVAL, where, "%s: cannot open", host);
-	struct dirent *de;
-	int rc = 0;
-	while (rc == 0 && (de = readdir(d))) {
-		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
-			continue;
-		char hp[PATH_MAX], rp[PATH_MAX];
-		if (snprintf(hp, sizeof hp, "%s/%s", host, de->d_name) >= (int)sizeof hp ||
-		    snprintf(rp, sizeof rp, "%s/%s", rel, de->d_name) >= (int)sizeof rp) {
-			rc = fail(c, EINVAL, where, "%s: path too long", host);
-			break;
-		}
-		struct stat st;
-		if (lstat(hp, &st) < 0)
-			continue;
-		if (S_ISDIR(st.st_mode)) {
-			rc = put(c, where, 'd', rp, st.st_mode, NULL, 0);
-			if (rc == 0)
-				rc = copy_dir(c, where, hp, rp, depth + 1);
-		} else if (S_ISLNK(st.st_mode)) {
-			char t[PATH_MAX];
-			ssize_t n = readlink(hp, t, sizeof t - 1);
-			if (n > 0)
-				rc = put(c, where, 'l', rp, 0777, t, (uint64_t)n);
-		} else if (S_ISREG(st.st_mode)) {
-			char *data = NULL;
-			size_t len = 0;
-			mode_t mode;
-			rc = read_host_file(c, where, hp, &data, &len, &mode);
-			if (rc == 0)
-				rc = put(c, where, 'f', rp, mode, data, len);
-			free(data);
-		}
+	struct copy *k = arg;
+	if (ev != MOAT_WALK_ENTRY)
+		return 0;
+	size_t rl = strlen(k->rel), need = rl + 1 + en->path_len + 1;
+	if (need > MOAT_ENTRY_PATH_MAX + 1)
+		return fail(k->c, EINVAL, k->where, "%s: a path inside is too long", k->host);
+	if (need > k->cap) {
+		char *p = realloc(k->rp, need);
+		if (!p)
+			return fail(k->c, ENOMEM, k->where, "%s", "out of memory");
+		k->rp = p;
+		k->cap = need;
 	}
-	closedir(d);
+	snprintf(k->rp, need, "%s%s%s", k->rel, rl ? "/" : "", en->path);
+	const struct stat *st = en->st;
+	if (en->other_mount)
+		return fail(k->c, EINVAL, k->where, "%s: a mount point inside", k->host);
+	if (S_ISDIR(st->st_mode))
+		return put(k->c, k->where, 'd', k->rp, st->st_mode, NULL, 0);
+	if (S_ISLNK(st->st_mode)) {
+		char t[PATH_MAX];
+		ssize_t n = readlinkat(en->dirfd, en->name, t, sizeof t - 1);
+		return n > 0 ? put(k->c, k->where, 'l', k->rp, 0777, t, (uint64_t)n) : 0;
+	}
+	if (!S_ISREG(st->st_mode))
+		return 0; /* FIFOs, sockets, devices stay out */
+	char *data = NULL;
+	size_t len = 0;
+	mode_t mode;
+	int rc = read_host_file(k->c, k->where, en->dirfd, en->name, &data, &len, &mode);
+	if (rc == 0)
+		rc = put(k->c, k->where, 'f', k->rp, mode, data, len);
+	free(data);
+	return rc;
+}
+
+/* Copy a host directory tree (src/base/walk.c: through descriptors, no
+ * symlink followed, links copied as links, no mount crossed). */
+static int copy_dir(struct mctx *c, const char *where, const char *host, const char *rel)
+{
+	_cleanup_close_ int fd = open(host, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0)
+		return fail(c, EINVAL, where, "%s: cannot open", host);
+	struct copy k = {.c = c, .where = where, .host = host, .rel = rel};
+	struct moat_walk_opt o = {.fn = copy_one, .arg = &k};
+	struct moat_err we = {0};
+	int rc = moat_walk(fd, &o, &we);
+	free(k.rp);
+	if (rc < 0 && we.msg[0]) /* the walk's own error (the callback's is in c->e) */
+		return fail(c, EINVAL, where, "%s", we.msg);
 	return rc;
 }
 
@@ -275,7 +295,7 @@ static int one(struct mctx *c, const char *key, json_t *v, const char *prefix,
 		char *data = NULL;
 		size_t len = 0;
 		mode_t mode;
-		rc = read_host_file(c, where, src, &data, &len, &mode);
+		rc = read_host_file(c, where, AT_FDCWD, src, &data, &len, &mode);
 		if (rc == 0)
 			rc = put(c, where, 'f', rel, mode, data, len);
 		free(data);
@@ -284,7 +304,7 @@ static int one(struct mctx *c, const char *key, json_t *v, const char *prefix,
 	} else {
 		rc = put(c, where, 'd', rel, st.st_mode, NULL, 0);
 		if (rc == 0)
-			rc = copy_dir(c, where, src, rel, 0);
+			rc = copy_dir(c, where, src, rel);
 	}
 	free(src);
 	return rc;

@@ -11,8 +11,12 @@ directory. Sandbox A is created, then per round and build:
 
   idle   N x `exec true` on A, timed by bench/rtt.c (one keep-alive
          connection), nothing else going on;
-  churn  the same while a second connection (Python, a thread) creates a
-         sandbox and deletes it, back to back, for as long as the execs run.
+  create the same while a second connection (Python, a thread) creates
+         sandboxes back to back for as long as the execs run (deleted
+         afterwards, off the clock);
+  churn  the same while that connection creates a sandbox and deletes it,
+         back to back (a DELETE still waits for the kernel to end the
+         sandbox's processes before it answers: it holds the loop too).
 
 Builds alternate within each round (order reversed every other round).
 Prints median, p90, p99 and max per build and kind over all rounds, and
@@ -33,6 +37,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from serve import Api, Daemon  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+KINDS = ("idle", "create", "churn")
 
 
 def pct(xs, p):
@@ -40,12 +45,17 @@ def pct(xs, p):
     return xs[min(len(xs) - 1, int(len(xs) * p / 100))]
 
 
-def churn(port, stop, counts):
+def churn(port, stop, counts, delete):
     api = Api(port)
+    made = []
     while not stop.is_set():
         sid = api.create({})
-        api.delete(sid)
+        if delete:
+            api.delete(sid)
+        else:
+            made.append(sid)
         counts[0] += 1
+    counts.append(made)
 
 
 def run_execs(rtt, port, sid, n):
@@ -76,21 +86,25 @@ def main():
                 shutil.copy2(os.path.join(src, b), bindir)
             d = Daemon(os.path.join(bindir, "moat"), tmp, name, ["--pool", "0"])
             daemons[name] = (d, d.api.create({}))
-        samples = {(n, k): [] for n, _ in builds for k in ("idle", "churn")}
-        rates = {n: [] for n, _ in builds}
+        samples = {(n, k): [] for n, _ in builds for k in KINDS}
+        rates = {(n, k): [] for n, _ in builds for k in KINDS}
         for r in range(a.rounds):
             order = builds if r % 2 == 0 else builds[::-1]
             for name, _ in order:
                 d, sid = daemons[name]
                 samples[(name, "idle")] += run_execs(rtt, d.port, sid, a.execs)
-                stop, counts = threading.Event(), [0]
-                t = threading.Thread(target=churn, args=(d.port, stop, counts))
-                t0 = time.monotonic()
-                t.start()
-                samples[(name, "churn")] += run_execs(rtt, d.port, sid, a.execs)
-                stop.set()
-                t.join()
-                rates[name].append(counts[0] / (time.monotonic() - t0))
+                for kind in ("create", "churn"):
+                    stop, counts = threading.Event(), [0]
+                    t = threading.Thread(target=churn,
+                                         args=(d.port, stop, counts, kind == "churn"))
+                    t0 = time.monotonic()
+                    t.start()
+                    samples[(name, kind)] += run_execs(rtt, d.port, sid, a.execs)
+                    stop.set()
+                    t.join()
+                    rates[(name, kind)].append(counts[0] / (time.monotonic() - t0))
+                    for made in counts[1]:
+                        d.api.delete(made)
         rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
                              capture_output=True, text=True).stdout.strip() or "?"
         print(f"create_p99 {time.strftime('%Y-%m-%d %H:%M %Z')}: git {rev}; "
@@ -98,9 +112,9 @@ def main():
         print(f"{'build':8} {'kind':6} {'median':>7} {'p90':>7} {'p99':>7} {'max':>7}"
               f" {'creates/s':>9}")
         for name, _ in builds:
-            for k in ("idle", "churn"):
+            for k in KINDS:
                 xs = samples[(name, k)]
-                rate = f"{statistics.median(rates[name]):9.0f}" if k == "churn" else ""
+                rate = f"{statistics.median(rates[(name, k)]):9.0f}" if k != "idle" else ""
                 print(f"{name:8} {k:6} {statistics.median(xs):7.2f} {pct(xs, 90):7.2f} "
                       f"{pct(xs, 99):7.2f} {max(xs):7.2f} {rate}")
     finally:

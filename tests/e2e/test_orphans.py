@@ -20,7 +20,7 @@ import subprocess
 
 import pytest
 
-from conftest import IS_ROOT, MOAT, moat_cgroup_dirs, proc_status, wait_until
+from conftest import MOAT, kill_pids, moat_cgroup_dirs, proc_status, wait_until
 from test_serve import AGENT, SERVE, Daemon, free_port, mounts
 
 pytestmark = pytest.mark.skipif(
@@ -40,7 +40,7 @@ def limit_args():
     try:
         ok = d.limits_ok()
     finally:
-        d.stop()
+        stop(d)
     return ["--memory", "256M", "--pids", "256"] if ok else []
 
 
@@ -126,6 +126,17 @@ def leftovers(d):
     return left
 
 
+def stop(d):
+    """Stop d; kill first what a failed check left (an orphan would be
+    counted against the next test)."""
+    try:
+        left = ours(d)
+        kill_pids(left)
+        wait_until(lambda: not (ours(d) & left), timeout=10)
+    finally:
+        d.stop()
+
+
 def check_known_or_gone(d):
     """Every listed sandbox works; deleting them leaves nothing at all."""
     for sid in d.ids():
@@ -156,7 +167,7 @@ def test_killed_during_a_create(step, limit_args):
             assert len(d.ids()) == 1, d.log()  # recorded: it is known
         check_known_or_gone(d)
     finally:
-        d.stop()
+        stop(d)
 
 
 @pytest.mark.parametrize("step", ["record", "spawned", "saved"])
@@ -172,7 +183,7 @@ def test_killed_during_a_pool_refill(step, limit_args):
         assert d.ids() == [], d.log()
         check_known_or_gone(d)
     finally:
-        d.stop()
+        stop(d)
 
 
 def test_client_gone_mid_create_leaves_nothing(limit_args):
@@ -194,7 +205,7 @@ def test_client_gone_mid_create_leaves_nothing(limit_args):
         assert d.term() == 0, d.log()
         assert leftovers(d) == [], leftovers(d)
     finally:
-        d.stop()
+        stop(d)
 
 
 def test_directory_sweep_spares_unreadable_records():
@@ -235,4 +246,4 @@ def test_directory_sweep_spares_unreadable_records():
         assert d.ids() == [a]
         d.rm(a)
     finally:
-        d.stop()
+        stop(d)

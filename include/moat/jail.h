@@ -21,6 +21,8 @@
 #include <stdint.h>
 #include <sys/types.h>
 
+struct moat_jail;
+
 struct moat_launch {
 	char *const *argv;     /* argv[0] is looked up in the sandbox's PATH */
 	char *const *envp;     /* the complete environment (see policy_build_env) */
@@ -36,18 +38,34 @@ struct moat_launch {
 	int agent_exe;
 	const int *agent_fds;
 	size_t agent_nfds;
+	/* Called once the child is cloned, in its namespaces and cgroups,
+	 * and before it is told to go (it runs nothing of its own yet);
+	 * -1 aborts the spawn. May be NULL. */
+	int (*before_go)(void *arg, struct moat_jail *j, struct moat_err *e);
+	void *before_go_arg;
 	/* Called for each layer skipped under allow_degraded, may be NULL. */
 	void (*warn)(void *arg, const char *msg);
 	void *warn_arg;
 };
-
-struct moat_jail;
 
 /* Start the command. On success *out owns the sandbox; on failure nothing
  * is left behind and e says why (kind MOAT_E_NOTFOUND / MOAT_E_NOEXEC when
  * the command itself could not be executed). */
 int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 		    struct moat_jail **out, struct moat_err *e);
+
+/* The same in two halves, for an event loop: start returns once the
+ * child is cloned and told to go; when moat_jail_spawn_fd(j) (the error
+ * pipe) is readable, finish reads the outcome: 0, or -1 with e set and
+ * j destroyed (nothing left behind). p and l must stay valid until
+ * finish (or moat_jail_destroy, which abandons a started spawn). */
+int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch *l,
+			  struct moat_jail **out, struct moat_err *e);
+int moat_jail_spawn_fd(const struct moat_jail *j);
+int moat_jail_spawn_finish(struct moat_jail *j, struct moat_err *e);
+
+/* Append the sandbox's cgroup directories to *out (copies). */
+void moat_jail_cgroups(const struct moat_jail *j, struct moat_strv *out);
 
 /* Host pid of the sandbox's pid 1 (for /proc inspection, not for kill). */
 pid_t moat_jail_pid(const struct moat_jail *j);

@@ -317,6 +317,13 @@ void jail_cgroup_release(struct jail_cgroup *cg, struct moat_strv *out)
 	free(cg);
 }
 
+void jail_cgroup_list(const struct jail_cgroup *cg, struct moat_strv *out)
+{
+	for (int i = 0; cg && i < CG_N; i++)
+		if (cg->dir[i])
+			moat_strv_add(out, cg->dir[i]);
+}
+
 void moat_cgroup_remove(const struct moat_strv *dirs)
 {
 	/* Only directories named like ours: the list may come from a store

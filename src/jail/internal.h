@@ -190,6 +190,7 @@ bool jail_cgroup_oom(struct jail_cgroup *cg);
 void jail_cgroup_destroy(struct jail_cgroup *cg);
 /* Hand the directories over (appended to *out) and free the struct. */
 void jail_cgroup_release(struct jail_cgroup *cg, struct moat_strv *out);
+void jail_cgroup_list(const struct jail_cgroup *cg, struct moat_strv *out); /* copies */
 
 /* Report a degraded layer (allow_degraded) or fail. */
 /* e holds the reason: with allow_degraded, warn and return 0; else -1. */

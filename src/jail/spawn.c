@@ -282,8 +282,8 @@ static void reap(struct moat_jail *j, int *status)
 		*status = st;
 }
 
-int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
-		    struct moat_jail **out, struct moat_err *e)
+int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch *l,
+			  struct moat_jail **out, struct moat_err *e)
 {
 	*out = NULL;
 	if (!p->finalized)
@@ -352,6 +352,10 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	c->sync_rd = c->err_wr = c->st_wr = -1;
 	if (jail_ns_parent(c, j->pid, e) < 0 || jail_cgroup_parent(j->cg, j->pid, e) < 0)
 		goto fail;
+	/* the caller's last word before the child may run (moat serve
+	 * records the sandbox here, so that no daemon death orphans it) */
+	if (l->before_go && l->before_go(l->before_go_arg, j, e) < 0)
+		goto fail;
 	__atomic_store_n(c->go, 1, __ATOMIC_RELEASE);
 	/* EPIPE is no failure: a child that saw the flag may already be past
 	 * the point where it reads the socket and have closed its end, or it
@@ -368,6 +372,29 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	__atomic_store_n(&c->go[JAIL_GO_PROTECT], 1, __ATOMIC_RELEASE);
 	syscall(SYS_futex, &c->go[JAIL_GO_PROTECT], FUTEX_WAKE, 1, NULL, NULL, 0);
 	/* sync_wr stays open: its closing tells the child we died. */
+	j->warn = l->warn;
+	j->warn_arg = l->warn_arg;
+	*out = j;
+	return 0;
+
+fail:
+	if (j->pid > 0) {
+		kill(j->pid, SIGKILL);
+		reap(j, NULL);
+	}
+	c->p = NULL; /* no further use of the caller's structs */
+	moat_jail_destroy(j);
+	return -1;
+}
+
+int moat_jail_spawn_fd(const struct moat_jail *j)
+{
+	return j->c.err_rd;
+}
+
+int moat_jail_spawn_finish(struct moat_jail *j, struct moat_err *e)
+{
+	struct jail_ctx *c = &j->c;
 	struct jail_msg m;
 	ssize_t n;
 	while ((n = read(c->err_rd, &m, sizeof m)) < 0 && errno == EINTR)
@@ -388,12 +415,9 @@ int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
 	c->err_rd = -1;
 	if (jail_net_parent(c, e) < 0)
 		goto fail;
-	j->warn = l->warn;
-	j->warn_arg = l->warn_arg;
 	/* The policy and launch are the caller's; we keep no pointer into them. */
 	c->p = NULL;
 	c->l = NULL;
-	*out = j;
 	return 0;
 
 fail:
@@ -404,6 +428,23 @@ fail:
 	c->p = NULL; /* no further use of the caller's structs */
 	moat_jail_destroy(j);
 	return -1;
+}
+
+int moat_jail_spawn(const struct moat_policy *p, const struct moat_launch *l,
+		    struct moat_jail **out, struct moat_err *e)
+{
+	if (moat_jail_spawn_start(p, l, out, e) < 0)
+		return -1;
+	if (moat_jail_spawn_finish(*out, e) < 0) {
+		*out = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+void moat_jail_cgroups(const struct moat_jail *j, struct moat_strv *out)
+{
+	jail_cgroup_list(j->cg, out);
 }
 
 pid_t moat_jail_pid(const struct moat_jail *j)

@@ -187,6 +187,8 @@ struct pend {
 	int64_t started; /* for the exec latency histogram */
 	json_t *extra;   /* P_CREATE: the box's answer */
 	struct cjob *cj; /* P_CREATE without a box yet: the manifest's job */
+	struct box *spawning;     /* P_CREATE: the sandbox being set up */
+	struct moat_buf entries;  /* P_CREATE: the manifest, unpacked once it runs */
 	struct event *hangup; /* the client closed while we wait */
 };
 
@@ -203,6 +205,9 @@ struct cjob {
 
 static void pend_free(struct pend *p)
 {
+	if (p->spawning) /* its client left (or the daemon stops) mid-create */
+		box_create_abort(p->spawning);
+	moat_buf_free(&p->entries);
 	if (p->hangup)
 		event_free(p->hangup);
 	json_decref(p->extra);
@@ -241,10 +246,16 @@ static void abort_exec(struct pend *p)
 static void on_client_gone(struct evhttp_connection *c, void *arg)
 {
 	struct pend *p = arg;
-	if (p->b && (p->kind == P_WAIT || p->kind == P_EXEC) && !p->yield)
+	if (p->b && (p->kind == P_WAIT || p->kind == P_EXEC) && !p->yield) {
 		abort_exec(p);
-	else if (p->b)
+	} else if (p->b && p->kind == P_CREATE) {
+		/* nobody will learn its id: a create ends with its request */
 		box_cancel(p->b, p);
+		box_delete(p->b);
+		p->b = NULL;
+	} else if (p->b) {
+		box_cancel(p->b, p);
+	}
 	/* libevent found the connection broken itself (a write of a streamed
 	 * reply failed): it hands the request back to us, detached, to end;
 	 * ending a detached request frees it */
@@ -783,6 +794,9 @@ static void manifest_error(struct evhttp_request *req, const struct moat_err *e)
 		   "%s", e->msg);
 }
 
+static void create_done(struct pend *p, struct box *b, const struct moat_err *e);
+static void on_box_created(void *arg, struct box *b, const struct moat_err *e);
+
 /* Start the sandbox of a validated create body; entries (the manifest's)
  * are unpacked into it before the answer. */
 static void create_finish(struct evhttp_request *req, struct box_spec *s, json_t *env,
@@ -795,30 +809,67 @@ static void create_finish(struct evhttp_request *req, struct box_spec *s, json_t
 	else
 		json_incref(s->metadata);
 	struct moat_err e = {0};
-	struct box *b = box_create(s, &e);
-	json_decref(s->metadata);
-	s->metadata = NULL;
-	if (!b) {
-		if (e.errnum == EAGAIN)
-			http_error(req, 429, "limit_reached", "%s", e.msg);
-		else
-			http_error(req, 500, "internal", "cannot start the sandbox: %s", e.msg);
-		return;
+	struct pend *p = pend_new(req, NULL, P_CREATE);
+	if (p && entries->len && !(p->entries.p = malloc(entries->len))) {
+		pend_done(p);
+		pend_free(p);
+		p = NULL;
 	}
-	metrics_created();
-	if (!entries->len) {
-		http_json(req, 201, box_json(b));
-		return;
-	}
-	struct pend *p = pend_new(req, b, P_CREATE);
 	if (!p) {
-		box_delete(b);
+		json_decref(s->metadata);
+		s->metadata = NULL;
 		http_error(req, 500, "internal", "out of memory");
 		return;
 	}
+	if (entries->len)
+		memcpy(p->entries.p, entries->p, entries->len);
+	p->entries.len = entries->len;
+	/* the child sets itself up while the loop serves other requests */
+	struct box *pending = NULL;
+	struct box *b = box_create_start(s, on_box_created, p, &pending, &e);
+	json_decref(s->metadata);
+	s->metadata = NULL;
+	if (pending)
+		p->spawning = pending;
+	else
+		create_done(p, b, &e);
+}
+
+/* The sandbox of p runs (b), or could not be made (e): answer, or
+ * unpack the manifest first. */
+static void create_done(struct pend *p, struct box *b, const struct moat_err *e)
+{
+	struct evhttp_request *req = p->req;
+	if (!b) {
+		pend_done(p);
+		if (e->errnum == EAGAIN)
+			http_error(req, 429, "limit_reached", "%s", e->msg);
+		else
+			http_error(req, 500, "internal", "cannot start the sandbox: %s", e->msg);
+		pend_free(p);
+		return;
+	}
+	metrics_created();
+	if (!p->entries.len) {
+		pend_done(p);
+		http_json(req, 201, box_json(b));
+		pend_free(p);
+		return;
+	}
+	p->b = b;
 	p->extra = box_json(b);
+	struct moat_buf ent = p->entries;
+	p->entries = (struct moat_buf){0};
 	call(p, json_pack("{s:s,s:s,s:b}", "op", "unpack", "path", WORKSPACE, "replace", 0),
-	     entries->p, entries->len);
+	     ent.p, ent.len);
+	moat_buf_free(&ent);
+}
+
+static void on_box_created(void *arg, struct box *b, const struct moat_err *e)
+{
+	struct pend *p = arg;
+	p->spawning = NULL;
+	create_done(p, b, e);
 }
 
 /* In the job's child: the manifest's git_repo entries, collected while it

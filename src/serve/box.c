@@ -30,6 +30,7 @@
 #include <sys/syscall.h>
 #include <sys/un.h>
 #include <sys/wait.h>
+#include <dirent.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -64,6 +65,23 @@ struct box {
 	bool pooled;         /* pre-started, not handed out yet */
 	struct gate_box *gbox; /* its egress gateway, if it has a network allowlist */
 	FILE *netlog;        /* <dir>/net.log */
+	bool creating;       /* its row says "creating": the engine has not finished */
+	struct spawning *sp; /* while being created off the event loop */
+};
+
+/* A create in flight: what the engine needs until moat_jail_spawn_finish. */
+struct spawning {
+	struct moat_policy p;
+	struct moat_strv env;
+	char *argv[2];
+	struct moat_launch l;
+	int lfd;              /* the control socket's listener until the child has it */
+	struct moat_jail *j;  /* started, not finished */
+	bool detached;        /* pid 1 is ours (b->pid), the engine's no more */
+	struct event *ev;     /* on the engine's error pipe */
+	box_create_cb cb;
+	void *cbarg;
+	struct box *next;     /* in the list of creates in flight */
 };
 
 static struct event_base *evbase;
@@ -77,6 +95,19 @@ static struct event *reaper;
 static struct box **pool;
 static size_t npool;
 static struct event *refill;
+static struct box *spawns;      /* creates in flight */
+static size_t nspawns, npool_spawns;
+/* MOAT_TEST_CRASH_AT=<step>: SIGKILL ourselves at that step of a create
+ * (tests/e2e/test_orphans.py; docs/ARCHITECTURE.md lists the steps). */
+static const char *crash_at;
+
+static void crash_point(const char *step)
+{
+	if (crash_at && !strcmp(crash_at, step)) {
+		fprintf(stderr, "moat serve: MOAT_TEST_CRASH_AT=%s: killing myself\n", step);
+		raise(SIGKILL);
+	}
+}
 
 static int64_t now_ms(void)
 {
@@ -125,7 +156,7 @@ void box_each(void (*fn)(struct box *b, void *arg), void *arg)
 
 bool box_at_limit(void)
 {
-	return cfg.max_sandboxes && nboxes >= cfg.max_sandboxes;
+	return cfg.max_sandboxes && nboxes + (nspawns - npool_spawns) >= cfg.max_sandboxes;
 }
 
 size_t box_count(void)
@@ -652,7 +683,8 @@ static int save(struct box *b, struct moat_err *e)
 	json_decref(cg);
 	struct store_row r = {.id = b->id, .created_at = b->created_at, .spec = spec,
 			      .pid = b->pid, .pid_start = b->pid_start, .cgroups = cgs,
-			      .state = !b->running ? "stopped" : b->pooled ? "pooled" : "running"};
+			      .state = b->creating ? (b->pooled ? "creating-pool" : "creating")
+				       : !b->running ? "stopped" : b->pooled ? "pooled" : "running"};
 	return store_put(&r, e);
 }
 
@@ -682,14 +714,89 @@ static void seed_repos(const struct box_spec *spec, struct moat_policy *p)
 			       moat_strdupf("%s/%s", p->workspace, json_string_value(v)));
 }
 
-/* Start a sandbox (not registered yet). */
-static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct moat_err *e)
+/* ---- creating a sandbox, off the event loop -------------------------------
+ * spawn_start: directory, policy, control socket, the engine's start. The
+ * row "creating" (pid 1's pid and start time, its cgroups; the directory
+ * is named by the id) is written before the child may run, so a daemon
+ * that dies from then on leaves a record that the next one sweeps
+ * (restore_one). The loop then waits on the engine's error pipe, and
+ * spawn_end completes: agent connected, gateway attached, row "running". */
+
+static void spawning_unlink(struct box *b)
+{
+	for (struct box **pp = &spawns; *pp; pp = &(*pp)->sp->next)
+		if (*pp == b) {
+			*pp = b->sp->next;
+			nspawns--;
+			if (b->pooled)
+				npool_spawns--;
+			return;
+		}
+}
+
+/* Undo a create at any step: nothing of it stays (process, cgroups,
+ * directory, row). */
+static void spawn_abandon(struct box *b)
+{
+	struct spawning *sp = b->sp;
+	if (sp) {
+		if (sp->ev)
+			event_free(sp->ev);
+		if (!sp->detached) {
+			moat_jail_destroy(sp->j); /* kills, reaps, removes its cgroups */
+			b->pid = -1;
+			moat_strv_free(&b->cgroups);
+		}
+		if (sp->lfd >= 0)
+			close(sp->lfd);
+		moat_strv_free(&sp->env);
+		moat_policy_free(&sp->p);
+		free(sp);
+		b->sp = NULL;
+	}
+	if (b->pid > 0) {
+		if (b->pidfd >= 0)
+			syscall(SYS_pidfd_send_signal, b->pidfd, SIGKILL, NULL, 0);
+		else
+			kill(b->pid, SIGKILL); /* our unreaped child: cannot be recycled */
+		if (b->child)
+			waitpid(b->pid, NULL, 0);
+		moat_cgroup_remove(&b->cgroups);
+	}
+	moat_rm_tree(b->dir);
+	store_del(b->id);
+	box_free(b);
+}
+
+/* The engine's last call before the child runs: record it. */
+static int record_creating(void *arg, struct moat_jail *j, struct moat_err *e)
+{
+	struct box *b = arg;
+	b->pid = moat_jail_pid(j);
+	b->pid_start = start_time(b->pid);
+	moat_jail_cgroups(j, &b->cgroups);
+	b->creating = true;
+	if (!b->pid_start)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "start time of pid %d", (int)b->pid);
+	if (save(b, e) < 0)
+		return -1;
+	crash_point("record");
+	return 0;
+}
+
+/* Start a sandbox (not registered yet); its set-up goes on in the child. */
+static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct moat_err *e)
 {
 	struct box *b = calloc(1, sizeof *b);
-	if (!b) {
+	struct spawning *sp = b ? calloc(1, sizeof *sp) : NULL;
+	if (!sp) {
+		free(b);
 		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sandbox");
 		return NULL;
 	}
+	b->sp = sp;
+	sp->lfd = -1;
+	moat_policy_init(&sp->p);
 	b->pidfd = -1;
 	b->pid = -1;
 	random_id(b->id, 16);
@@ -699,11 +806,7 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 	b->created_at = (int64_t)time(NULL);
 	b->last_active = now_ms();
 
-	struct moat_policy p;
-	moat_policy_init(&p);
-	struct moat_strv env = {0};
-	struct moat_jail *j = NULL;
-	int lfd = -1;
+	struct moat_policy *p = &sp->p;
 	char cwd[PATH_MAX], ws[PATH_MAX + 96];
 	if (!getcwd(cwd, sizeof cwd)) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "getcwd");
@@ -718,87 +821,168 @@ static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct mo
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
 		goto fail;
 	}
-	p.workspace = strdup(ws);
-	p.workspace_at = strdup(WORKSPACE);
-	p.memory = spec->memory ? spec->memory : cfg.default_memory;
-	p.pids = spec->pids ? spec->pids : cfg.default_pids;
-	p.cpu_milli = spec->cpu_milli ? spec->cpu_milli : cfg.default_cpu_milli;
+	crash_point("dir");
+	p->workspace = strdup(ws);
+	p->workspace_at = strdup(WORKSPACE);
+	p->memory = spec->memory ? spec->memory : cfg.default_memory;
+	p->pids = spec->pids ? spec->pids : cfg.default_pids;
+	p->cpu_milli = spec->cpu_milli ? spec->cpu_milli : cfg.default_cpu_milli;
 	if (spec->image && strcmp(spec->image, "host") != 0) {
-		p.rootfs = strdup(spec->image);
-		p.rootfs_size = spec->disk;
+		p->rootfs = strdup(spec->image);
+		p->rootfs_size = spec->disk;
 	}
 	if (spec->disk) {
 		/* the workspace is memory then: its bytes count against the
 		 * memory cgroup, so the limit covers both */
-		p.workspace_tmpfs = spec->disk;
-		if (p.memory)
-			p.memory += spec->disk;
+		p->workspace_tmpfs = spec->disk;
+		if (p->memory)
+			p->memory += spec->disk;
 	}
-	network_policy(spec->network, &p);
+	network_policy(spec->network, p);
 	for (int i = 0; i < MOAT_QUOTAS; i++)
-		p.quotas[i] = quota_of(spec, i);
-	if (moat_policy_finalize(&p, cwd, SANDBOX_HOME, e) < 0)
+		p->quotas[i] = quota_of(spec, i);
+	if (moat_policy_finalize(p, cwd, SANDBOX_HOME, e) < 0)
 		goto fail;
-	seed_repos(spec, &p);
-	moat_strv_add(&env, "PATH=/usr/local/bin:/usr/bin:/bin");
-	lfd = listen_socket(b->dir, e);
-	if (lfd < 0)
+	seed_repos(spec, p);
+	moat_strv_add(&sp->env, "PATH=/usr/local/bin:/usr/bin:/bin");
+	sp->lfd = listen_socket(b->dir, e);
+	if (sp->lfd < 0)
 		goto fail;
-	char *argv[] = {"moat-agent", NULL};
-	struct moat_launch l = {
-		.argv = argv,
-		.envp = env.v,
+	sp->argv[0] = "moat-agent";
+	sp->l = (struct moat_launch){
+		.argv = sp->argv,
+		.envp = sp->env.v,
 		.home = SANDBOX_HOME,
 		.cwd = WORKSPACE,
 		.die_with_parent = false,
 		.agent = true,
 		.agent_exe = cfg.agent_exe,
-		.agent_fds = &lfd,
+		.agent_fds = &sp->lfd,
 		.agent_nfds = 1,
+		.before_go = record_creating,
+		.before_go_arg = b,
 	};
-	if (moat_jail_spawn(&p, &l, &j, e) < 0)
+	if (moat_jail_spawn_start(p, &sp->l, &sp->j, e) < 0) {
+		b->pid = -1; /* the engine reaped it */
+		moat_strv_free(&b->cgroups);
 		goto fail;
+	}
+	/* the child has its copy (and later creates' children need none) */
+	close(sp->lfd);
+	sp->lfd = -1;
+	crash_point("go");
+	return b;
+
+fail:
+	spawn_abandon(b);
+	return NULL;
+}
+
+/* The engine's error pipe is readable: complete the create. On failure
+ * the caller abandons it. */
+static int spawn_end(struct box *b, struct moat_err *e)
+{
+	struct spawning *sp = b->sp;
+	struct moat_jail *j = sp->j;
+	sp->j = NULL; /* finish destroys it on failure */
+	if (moat_jail_spawn_finish(j, e) < 0)
+		return -1;
+	crash_point("spawned");
 	int gfds[2] = {-1, -1};
-	bool gated = p.gateway && moat_jail_gate_fds(j, gfds) == 0;
+	bool gated = sp->p.gateway && moat_jail_gate_fds(j, gfds) == 0;
+	moat_strv_free(&b->cgroups); /* the record's copy; detach hands them over */
 	b->pid = moat_jail_detach(j, &b->cgroups);
+	sp->detached = true;
 	b->child = true;
 	b->running = true;
-	close(lfd);
-	lfd = -1;
-	b->pid_start = start_time(b->pid);
 	if (watch_pid(b) < 0 || connect_agent(b) < 0) {
 		if (gated) {
 			close(gfds[0]);
 			close(gfds[1]);
 		}
-		moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
-		goto fail;
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
 	}
-	if (p.gateway && (!gated || attach_gate(b, gfds, e) < 0)) {
+	if (sp->p.gateway && (!gated || attach_gate(b, gfds, e) < 0)) {
 		if (!gated)
 			moat_err_set(e, MOAT_E_SYSTEM, 0, "the sandbox has no gateway sockets");
-		goto fail;
+		return -1;
 	}
+	b->creating = false;
 	if (save(b, e) < 0)
-		goto fail;
-	moat_strv_free(&env);
-	moat_policy_free(&p);
-	return b;
+		return -1;
+	crash_point("saved");
+	moat_strv_free(&sp->env);
+	moat_policy_free(&sp->p);
+	free(sp);
+	b->sp = NULL;
+	return 0;
+}
 
-fail:
-	if (lfd >= 0)
-		close(lfd);
-	if (b->pid > 0) {
-		kill(b->pid, SIGKILL);
-		if (b->child)
-			waitpid(b->pid, NULL, 0);
-		moat_cgroup_remove(&b->cgroups);
+static void on_spawned(evutil_socket_t fd, short what, void *arg);
+
+/* Wait for the child from the loop; cb(cbarg, b or NULL, e) when done. */
+static int spawn_watch(struct box *b, box_create_cb cb, void *cbarg, struct moat_err *e)
+{
+	struct spawning *sp = b->sp;
+	sp->cb = cb;
+	sp->cbarg = cbarg;
+	sp->ev = event_new(evbase, moat_jail_spawn_fd(sp->j), EV_READ, on_spawned, b);
+	if (!sp->ev || event_add(sp->ev, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "watch the sandbox's set-up");
+	sp->next = spawns;
+	spawns = b;
+	nspawns++;
+	if (b->pooled)
+		npool_spawns++;
+	return 0;
+}
+
+static void schedule_refill(void);
+
+static void on_spawned(evutil_socket_t fd, short what, void *arg)
+{
+	struct box *b = arg;
+	struct spawning *sp = b->sp;
+	box_create_cb cb = sp->cb;
+	void *cbarg = sp->cbarg;
+	bool pooled = b->pooled;
+	spawning_unlink(b);
+	event_free(sp->ev);
+	sp->ev = NULL;
+	struct moat_err e = {0};
+	if (spawn_end(b, &e) < 0) {
+		spawn_abandon(b);
+		if (pooled)
+			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
+		else if (cb)
+			cb(cbarg, NULL, &e);
+		return;
 	}
-	moat_rm_tree(b->dir);
-	moat_strv_free(&env);
-	moat_policy_free(&p);
-	box_free(b);
-	return NULL;
+	if (pooled) {
+		pool[npool++] = b;
+		schedule_refill();
+		return;
+	}
+	reg_add(b);
+	if (cb)
+		cb(cbarg, b, NULL);
+}
+
+/* Start a sandbox and wait for it (not registered yet): blocks the loop
+ * for the child's set-up. */
+static struct box *spawn_box(const struct box_spec *spec, bool pooled, struct moat_err *e)
+{
+	struct box *b = spawn_start(spec, pooled, e);
+	if (!b)
+		return NULL;
+	struct pollfd pf = {.fd = moat_jail_spawn_fd(b->sp->j), .events = POLLIN};
+	while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+		;
+	if (spawn_end(b, e) < 0) {
+		spawn_abandon(b);
+		return NULL;
+	}
+	return b;
 }
 
 static void free_later(evutil_socket_t fd, short what, void *arg)
@@ -820,7 +1004,7 @@ static void schedule_refill(void)
 	/* not at once: the client's first exec usually follows its create,
 	 * and building a sandbox holds the loop for milliseconds */
 	struct timeval tv = {0, 50 * 1000};
-	if (refill && npool < cfg.pool)
+	if (refill && npool + npool_spawns < cfg.pool)
 		event_add(refill, &tv);
 }
 
@@ -832,12 +1016,14 @@ void box_activity(void)
 		schedule_refill();
 }
 
-struct box *box_create(struct box_spec *spec, struct moat_err *e)
+/* 1: *out is a sandbox from the pool, 0: none fits, -1: e says why */
+static int pool_take(struct box_spec *spec, struct box **out, struct moat_err *e)
 {
-	if (cfg.max_sandboxes && nboxes >= cfg.max_sandboxes) {
+	*out = NULL;
+	if (box_at_limit()) {
 		moat_err_set(e, MOAT_E_USAGE, EAGAIN, "at the limit of %llu sandboxes",
 			     (unsigned long long)cfg.max_sandboxes);
-		return NULL;
+		return -1;
 	}
 	while (npool && poolable(spec)) {
 		struct box *b = pool[--npool];
@@ -853,15 +1039,50 @@ struct box *box_create(struct box_spec *spec, struct moat_err *e)
 		b->last_active = now_ms();
 		if (save(b, e) < 0) {
 			box_delete(b);
-			return NULL;
+			return -1;
 		}
 		reg_add(b);
-		return b;
+		*out = b;
+		return 1;
 	}
-	struct box *b = spawn_box(spec, false, e);
+	return 0;
+}
+
+struct box *box_create(struct box_spec *spec, struct moat_err *e)
+{
+	struct box *b;
+	int rc = pool_take(spec, &b, e);
+	if (rc != 0)
+		return b;
+	b = spawn_box(spec, false, e);
 	if (b)
 		reg_add(b);
 	return b;
+}
+
+struct box *box_create_start(struct box_spec *spec, box_create_cb cb, void *arg,
+			     struct box **pending, struct moat_err *e)
+{
+	*pending = NULL;
+	struct box *b;
+	int rc = pool_take(spec, &b, e);
+	if (rc != 0)
+		return b;
+	b = spawn_start(spec, false, e);
+	if (!b)
+		return NULL;
+	if (spawn_watch(b, cb, arg, e) < 0) {
+		spawn_abandon(b);
+		return NULL;
+	}
+	*pending = b;
+	return NULL;
+}
+
+void box_create_abort(struct box *pending)
+{
+	spawning_unlink(pending);
+	spawn_abandon(pending);
 }
 
 static void on_refill(evutil_socket_t fd, short what, void *arg)
@@ -869,16 +1090,16 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	struct box_spec def = {.idle_timeout_s = 1200};
 	def.env = json_object();
 	def.metadata = json_object();
-	/* one per turn of the loop: requests go in between */
-	if (npool < cfg.pool) {
+	/* one at a time, set up beside the requests (on_spawned goes on) */
+	if (npool + npool_spawns < cfg.pool) {
 		struct moat_err e = {0};
-		struct box *b = spawn_box(&def, true, &e);
-		if (b)
-			pool[npool++] = b;
-		else
+		struct box *b = spawn_start(&def, true, &e);
+		if (b && spawn_watch(b, NULL, NULL, &e) < 0) {
+			spawn_abandon(b);
+			b = NULL;
+		}
+		if (!b)
 			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
-		if (b)
-			schedule_refill();
 	}
 	json_decref(def.env);
 	json_decref(def.metadata);
@@ -923,16 +1144,63 @@ static void destroy(struct box *b, bool defer_free)
 
 /* ---- restart ------------------------------------------------------------ */
 
+/* Does the agent of a sandbox whose create did not finish answer? A
+ * child still in its set-up either becomes the agent and answers, or
+ * sees that its daemon died and exits (the connection then ends). */
+static bool agent_answers(const struct box *b)
+{
+	struct sockaddr_un sa = {.sun_family = AF_UNIX};
+	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", b->dir);
+	_cleanup_close_ int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return false;
+	struct timeval tv = {2, 0};
+	setsockopt(s, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+	static const char req[] = "{\"op\":\"ping\",\"id\":1}";
+	unsigned char h[MOAT_FRAME_HDR];
+	moat_frame_hdr(h, sizeof req - 1, 0);
+	if (connect(s, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    send(s, h, sizeof h, MSG_NOSIGNAL) != sizeof h ||
+	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) != (ssize_t)(sizeof req - 1))
+		return false;
+	unsigned char rh[MOAT_FRAME_HDR];
+	size_t got = 0;
+	while (got < sizeof rh) {
+		ssize_t n = recv(s, rh + got, sizeof rh - got, 0);
+		if (n <= 0)
+			return false;
+		got += (size_t)n;
+	}
+	uint32_t jl, dl;
+	return moat_frame_parse(rh, &jl, &dl) == 0;
+}
+
+struct restore_ctx {
+	struct moat_strv ids; /* every id the store names: their directories stay */
+	bool unsafe;          /* a row without a usable id: sweep no directory */
+};
+
+static bool valid_id(const char *id)
+{
+	return id && id[0] && strlen(id) < sizeof((struct box *)0)->id &&
+	       strspn(id, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(id);
+}
+
 static void restore_one(void *arg, const struct store_row *r)
 {
+	struct restore_ctx *rc = arg;
+	if (valid_id(r->id))
+		moat_strv_add(&rc->ids, r->id);
+	else
+		rc->unsafe = true;
 	struct box *b = calloc(1, sizeof *b);
-	json_t *spec = json_loads(r->spec, 0, NULL);
-	json_t *cg = json_loads(r->cgroups, 0, NULL);
-	bool ok_id = strlen(r->id) < sizeof b->id && strspn(r->id, "abcdefghijklmnopqrstuvwxyz0123456789") == strlen(r->id);
-	if (!b || !spec || !json_is_array(cg) || !ok_id) {
-		/* said, not dropped silently: its sandbox may still run */
+	json_t *spec = r->spec ? json_loads(r->spec, 0, NULL) : NULL;
+	json_t *cg = r->cgroups ? json_loads(r->cgroups, 0, NULL) : NULL;
+	if (!b || !spec || !json_is_array(cg) || !valid_id(r->id) || !r->state) {
+		/* said, not dropped silently: its sandbox may still run (and
+		 * its directory stays: rc->ids or rc->unsafe) */
 		fprintf(stderr, "moat serve: the stored record of sandbox %.64s is unreadable; "
-			"it is left as it is (pid %d)\n", r->id, (int)r->pid);
+			"it is left as it is (pid %d)\n", r->id ? r->id : "(no id)", (int)r->pid);
 		json_decref(spec);
 		json_decref(cg);
 		free(b);
@@ -952,9 +1220,29 @@ static void restore_one(void *arg, const struct store_row *r)
 									   json_string_value(v));
 	json_decref(cg);
 	/* Is our pid 1 still there? Same pid and same start time. */
-	bool pooled = !strcmp(r->state, "pooled");
-	if ((pooled || !strcmp(r->state, "running")) && r->pid > 1 && start_time(r->pid) == r->pid_start &&
-	    watch_pid(b) == 0 && start_time(r->pid) == r->pid_start) {
+	bool creating = !strcmp(r->state, "creating") || !strcmp(r->state, "creating-pool");
+	bool pooled = !strcmp(r->state, "pooled") || !strcmp(r->state, "creating-pool");
+	bool live = (pooled || creating || !strcmp(r->state, "running")) && r->pid > 1 &&
+		    start_time(r->pid) == r->pid_start && watch_pid(b) == 0 &&
+		    start_time(r->pid) == r->pid_start;
+	if (!live && b->pidfd >= 0) { /* it may name a process that took the pid */
+		close(b->pidfd);
+		b->pidfd = -1;
+	}
+	if (creating && (!live || pooled || !agent_answers(b))) {
+		/* The daemon died during the create: kill what may still be
+		 * setting up (by pidfd, checked against the start time), then
+		 * the cgroups, the directory, the row. */
+		fprintf(stderr, "moat serve: %s: its create did not finish; removed\n", b->id);
+		if (!live)
+			b->pid = -1;
+		destroy(b, false);
+		return;
+	}
+	if (creating)
+		fprintf(stderr, "moat serve: %s: its create did not finish, but its agent answers; "
+			"adopted\n", b->id);
+	if (live) {
 		b->running = true;
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
@@ -970,6 +1258,8 @@ static void restore_one(void *arg, const struct store_row *r)
 			box_delete(b);
 			return;
 		}
+		if (creating && b->running)
+			store_set_state(b->id, "running");
 	} else {
 		if (b->pidev) {
 			event_free(b->pidev);
@@ -981,9 +1271,50 @@ static void restore_one(void *arg, const struct store_row *r)
 	reg_add(b);
 }
 
+/* Directories under sandboxes/ that no row names: a daemon died between
+ * making one and recording it. */
+static void sweep_dirs(const struct restore_ctx *rc)
+{
+	if (rc->unsafe) {
+		fprintf(stderr, "moat serve: a stored record has no usable id: no directory under "
+			"sandboxes/ is swept\n");
+		return;
+	}
+	DIR *d = opendir("sandboxes");
+	if (!d)
+		return;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		bool known = false;
+		for (size_t i = 0; i < rc->ids.n && !known; i++)
+			known = !strcmp(rc->ids.v[i], de->d_name);
+		if (known)
+			continue;
+		char path[sizeof "sandboxes/" + 256];
+		snprintf(path, sizeof path, "sandboxes/%s", de->d_name);
+		struct stat st;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		fprintf(stderr, "moat serve: %s has no record; removed\n", path);
+		if (S_ISDIR(st.st_mode))
+			moat_rm_tree(path);
+		else
+			unlinkat(dirfd(d), de->d_name, 0);
+	}
+	closedir(d);
+}
+
 void box_restore(void)
 {
-	store_load(restore_one, NULL);
+	struct restore_ctx rc = {0};
+	if (store_load(restore_one, &rc) == 0)
+		sweep_dirs(&rc);
+	else
+		fprintf(stderr, "moat serve: the store could not be read to its end: no directory "
+			"under sandboxes/ is swept\n");
+	moat_strv_free(&rc.ids);
 	schedule_refill();
 }
 
@@ -1028,6 +1359,7 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 {
 	evbase = base;
 	cfg = *c;
+	crash_at = getenv("MOAT_TEST_CRASH_AT");
 	if (mkdir("sandboxes", 0700) < 0 && errno != EEXIST)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s/sandboxes", c->data_dir);
 	if (c->pool) {
@@ -1045,6 +1377,10 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 
 void box_shutdown(void)
 {
+	/* creates in flight: their clients are gone (http_stop ran), and a
+	 * half-made sandbox is of no use to the next daemon */
+	while (spawns)
+		box_create_abort(spawns);
 	/* Sandboxes stay: a redeploy must not kill running agents. */
 	while (nboxes) {
 		struct box *b = boxes[--nboxes];

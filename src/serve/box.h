@@ -59,6 +59,14 @@ void box_shutdown(void);
 /* Create and start a sandbox (synchronous: a few milliseconds). The spec
  * stays the caller's. e->errnum: EAGAIN when at --max-sandboxes. */
 struct box *box_create(struct box_spec *spec, struct moat_err *e);
+/* The same off the event loop: returns a sandbox from the pool at once;
+ * else NULL, and either *pending is set (cb runs later from the loop with
+ * the registered sandbox, or NULL and the error) or e says why now. */
+typedef void (*box_create_cb)(void *arg, struct box *b, const struct moat_err *e);
+struct box *box_create_start(struct box_spec *spec, box_create_cb cb, void *arg,
+			     struct box **pending, struct moat_err *e);
+/* The client left: kill and remove the sandbox being made (cb never runs). */
+void box_create_abort(struct box *pending);
 struct box *box_find(const char *id);
 /* Kill everything, remove cgroups, files and the record. */
 void box_delete(struct box *b);

@@ -113,8 +113,9 @@ int store_load(void (*fn)(void *arg, const struct store_row *r), void *arg)
 			.cgroups = (const char *)sqlite3_column_text(st, 5),
 			.state = (const char *)sqlite3_column_text(st, 6),
 		};
-		if (r.id && r.spec && r.cgroups && r.state)
-			fn(arg, &r);
+		/* a row with a NULL field too: fn reports it (and keeps its
+		 * sandbox's directory), never skipped silently */
+		fn(arg, &r);
 	}
 	sqlite3_finalize(st);
 	return rc == SQLITE_DONE ? 0 : -1;

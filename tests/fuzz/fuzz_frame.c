@@ -124,7 +124,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	}
 	/* records -> frames with correct headers */
-	size_t cap = size * 2 + 64;
+	size_t cap = size * (MOAT_FRAME_HDR + 1) + 64; /* an empty record: a header per byte */
 	unsigned char *out = malloc(cap);
 	size_t o = 0, i = 1;
 	int nrec = 0;

@@ -95,3 +95,60 @@ put("fuzz_manifest", "files.json", json.dumps(m1))
 put("fuzz_manifest", "git.json", json.dumps({"entries": {"repo": {"type": "git_repo", "repo": "https://example.invalid/x.git", "ref": "main"}}}))
 put("fuzz_manifest", "local.json", json.dumps({"entries": {"data": {"type": "local_dir", "src": "/etc"},
                                                            "f": {"type": "local_file", "src": "/etc/hostname"}}}))
+
+# the API: byte 0 = method (0 GET 1 POST 2 PUT 3 DELETE 4 HEAD 5 PATCH 6 OPTIONS)
+# | 8 SSE | 16 create fails | 32 at the limit | 64 net ceiling; target "\n"
+# body, then agent replies "\x1e" JSON "\x1f" data
+GET, POST, PUT, DELETE = 0, 1, 2, 3
+
+
+def api(name, method, target, body=b"", replies=(), flags=0):
+    if isinstance(body, (dict, list)):
+        body = json.dumps(body)
+    if isinstance(body, str):
+        body = body.encode()
+    out = bytes([method | flags]) + target.encode() + b"\n" + body
+    for r in replies:
+        js, data = (r if isinstance(r, tuple) else (r, b""))
+        out += b"\x1e" + json.dumps(js).encode() + (b"\x1f" + data if data else b"")
+    put("fuzz_api", name, out)
+
+
+api("create", POST, "/v1/sandboxes", {"env": {"A": "1"}, "metadata": {"k": "v"}, "timeout_s": 60,
+    "idle_timeout_s": 30, "limits": {"memory": "512M", "pids": 64, "cpus": 1.5, "disk": "1G"},
+    "manifest": {"environment": {"B": "2"}, "entries": {"a.txt": {"type": "file", "content": "x"}}}},
+    [{"ok": True}])
+api("create_net", POST, "/v1/sandboxes", {"network": {"allow": ["api.example.com"], "deny": ["x.example.com"],
+    "resolve": ["api.example.com:10.1.2.3"], "secrets": [{"env": "TOKEN", "hosts": ["api.example.com"]}]}},
+    flags=64)
+api("exec", POST, "/v1/sandboxes/b/exec", {"cmd": "echo hi", "timeout_ms": 1000, "env": {"X": "y"}, "cwd": "src"},
+    [({"process_id": 3, "running": False, "exit_code": 0, "stdout_len": 3, "stderr_len": 1}, b"hi\n!")])
+api("exec_yield", POST, "/v1/sandboxes/b/exec", {"cmd": ["sh", "-c", "cat"], "yield_ms": 10, "tty": True,
+    "cols": 80, "rows": 24, "stdin": "in", "max_output_bytes": 100},
+    [{"process_id": 4}, ({"process_id": 4, "running": True, "stdout_len": 1, "stderr_len": 0}, b"o")])
+api("exec_sse", POST | 8, "/v1/sandboxes/b/exec", {"cmd": "ls"},
+    [({"process_id": 5, "running": True, "stdout_len": 2, "stderr_len": 0}, b"a\n"),
+     ({"process_id": 5, "running": False, "exit_code": 1, "signal": 0, "duration_ms": 3, "timed_out": False,
+       "stdout_len": 0, "stderr_len": 2}, b"e\n")])
+api("stdin", POST, "/v1/sandboxes/b/processes/4/stdin", {"data": "more\n", "yield_ms": 5, "close": True},
+    [{"ok": True}, ({"process_id": 4, "running": False, "exit_code": 0, "stdout_len": 5, "stderr_len": 0}, b"more\n")])
+api("signal", DELETE, "/v1/sandboxes/b/processes/4?signal=TERM", replies=[{"ok": True}])
+api("ps", GET, "/v1/sandboxes/b/processes", replies=[{"processes": [{"process_id": 4, "running": True}]}])
+api("read", GET, "/v1/sandboxes/b/files?path=a.txt", replies=[({"ok": True}, b"content")])
+api("write", PUT, "/v1/sandboxes/b/files?path=dir%2Fa.txt", b"data", [{"ok": True}])
+api("delete", DELETE, "/v1/sandboxes/b/files?path=dir&recursive=true", replies=[{"ok": True}])
+api("mkdir", POST, "/v1/sandboxes/b/files/mkdir?path=d", replies=[{"ok": True}])
+api("list", GET, "/v1/sandboxes/b/files/list?path=.&depth=2",
+    replies=[{"entries": [{"path": "a", "type": "file", "size": 1}], "truncated": False}])
+api("stat", GET, "/v1/sandboxes/b/files/stat?path=a", replies=[{"entry": {"path": "a", "type": "file"}}])
+api("patch", POST, "/v1/sandboxes/b/patch", {"patch": "*** Begin Patch\n*** Add File: n\n+x\n*** End Patch\n"},
+    [{"ok": True, "files": ["n"]}])
+api("image", GET, "/v1/sandboxes/b/image?path=a.png", replies=[({"ok": True}, png)])
+api("archive_get", GET, "/v1/sandboxes/b/archive", replies=[({"ok": True}, entry("d", "a", mode=0o755)
+    + entry("f", "a/b", b"hi"))])
+api("archive_put", PUT, "/v1/sandboxes/b/archive", tar(files), [{"ok": True}])
+api("list_sandboxes", GET, "/v1/sandboxes?metadata.k=v")
+api("get_delete", DELETE, "/v1/sandboxes/b")
+api("healthz", GET, "/healthz")
+api("metrics", GET, "/metrics")
+api("agent_error", GET, "/v1/sandboxes/b/files?path=x", replies=[{"error": {"code": "not_found", "message": "no"}}])

@@ -372,7 +372,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	/* libevent refuses what it cannot parse before any route sees it */
 	struct evhttp_uri *u = evhttp_uri_parse_with_flags(uri, EVHTTP_URI_NONCONFORMANT);
 	if (!u || strlen(uri) != (size_t)(uend - p)) {
-		evhttp_uri_free(u);
+		if (u)
+			evhttp_uri_free(u);
 		free(uri);
 		return 0;
 	}

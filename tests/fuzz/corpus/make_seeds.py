@@ -152,3 +152,9 @@ api("get_delete", DELETE, "/v1/sandboxes/b")
 api("healthz", GET, "/healthz")
 api("metrics", GET, "/metrics")
 api("agent_error", GET, "/v1/sandboxes/b/files?path=x", replies=[{"error": {"code": "not_found", "message": "no"}}])
+
+# a deep tree (dir nesting past 64 levels, a file at the bottom)
+deep = {"type": "file", "content": "x"}
+for i in range(70):
+    deep = {"type": "dir", "children": {"d": deep}}
+put("fuzz_manifest", "deep.json", json.dumps({"entries": {"d": deep}}, separators=(",", ":")))

@@ -20,7 +20,8 @@ PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
 # root filesystem image.
 SERVE_SRC  := $(wildcard src/serve/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
-AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c
+AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c \
+              src/base/utf8.c
 # The egress gateway (libevent + OpenSSL): in the daemon, and as moat-gate
 # for `moat run`.
 GATE_SRC   := $(wildcard src/gate/*.c)
@@ -128,7 +129,7 @@ FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined \
 FUZZ_LIB     := src/gate/policy.c src/gate/addr.c src/gate/http_head.c \
                 src/gate/socks5.c src/gate/sni.c src/base/err.c src/base/util.c
 # Per target: its sources (FUZZ_LIB when none are named) and libraries.
-FUZZ_BASE          := src/base/err.c src/base/util.c
+FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c
 FUZZ_SRC_frame     := src/proto/frame.c
 FUZZ_LIBS_frame    := -ljansson
 FUZZ_SRC_entries   := src/proto/entries.c $(FUZZ_BASE)

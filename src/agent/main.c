@@ -5,6 +5,7 @@
 #include "agent.h"
 
 #include "../base/fdpass.h"
+#include "../base/utf8.h"
 #include "../proto/frame.h"
 
 #include <errno.h>
@@ -171,6 +172,9 @@ void agent_fail(const struct agent_req *r, const char *code, const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	/* a path cut inside a character is no JSON string: without this the
+	 * reply could not be made and the daemon's connection was closed */
+	moat_utf8_clean(msg);
 	agent_reply(r, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg),
 		    NULL, 0);
 }

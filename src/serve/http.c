@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "http.h"
 
+#include "../base/utf8.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
@@ -115,42 +117,6 @@ void http_error_code(struct evhttp_request *req, const char *code, const char *m
 				    "message", msg));
 }
 
-/* The length of the valid UTF-8 sequence at s (n bytes left), 0 if none. */
-static size_t utf8_seq(const unsigned char *s, size_t n)
-{
-	unsigned c = s[0];
-	size_t len = c < 0x80 ? 1 : c >= 0xc2 && c < 0xe0 ? 2 : (c >> 4) == 14 ? 3
-		   : c >= 0xf0 && c < 0xf5 ? 4 : 0;
-	if (!len || len > n)
-		return 0;
-	unsigned cp = len == 1 ? c : c & (0x7fu >> len);
-	for (size_t k = 1; k < len; k++) {
-		if ((s[k] >> 6) != 2)
-			return 0;
-		cp = cp << 6 | (s[k] & 63u);
-	}
-	if ((len == 3 && (cp < 0x800 || (cp >= 0xd800 && cp <= 0xdfff))) ||
-	    (len == 4 && (cp < 0x10000 || cp > 0x10ffff)))
-		return 0;
-	return len;
-}
-
-/* A message quotes the client (a path, a key, cut at a byte count): what
- * is not UTF-8 becomes '?', or the JSON string could not be made and the
- * answer would be a 500 instead of the error meant. */
-static void utf8_clean(char *s)
-{
-	size_t n = strlen(s);
-	for (size_t i = 0; i < n;) {
-		size_t l = utf8_seq((const unsigned char *)s + i, n - i);
-		if (!l) {
-			s[i] = '?';
-			l = 1;
-		}
-		i += l;
-	}
-}
-
 void http_error(struct evhttp_request *req, int status, const char *code, const char *fmt, ...)
 {
 	char msg[1024];
@@ -158,7 +124,10 @@ void http_error(struct evhttp_request *req, int status, const char *code, const 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
-	utf8_clean(msg);
+	/* a message quotes the client (a path, a key, cut at a byte count):
+	 * what is not UTF-8 would fail the JSON string, and the answer would
+	 * be a 500 instead of the error meant */
+	moat_utf8_clean(msg);
 	http_json(req, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 

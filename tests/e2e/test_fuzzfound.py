@@ -67,3 +67,18 @@ def test_parameters_that_are_not_utf8(srv):
         assert srv.fread(sid, "é.txt") == b"ok"
     finally:
         srv.delete(f"/v1/sandboxes/{sid}")
+
+
+def test_agent_error_cut_inside_a_character(srv):
+    # the agent's message quotes the path and is cut at 1023 bytes: cut
+    # inside an "é" it was no JSON string, and the agent closed the
+    # daemon's connection (409 "stopped", every other call failed with it)
+    sid = srv.create()["id"]
+    try:
+        for pre in ("a", "ab"):
+            r = srv.fget(sid, pre + "é" * 700)
+            assert 400 <= r.status < 500 and r.status != 409, r
+            assert_error(r, r.status)
+        assert srv.ex(sid, ["true"])["exit_code"] == 0
+    finally:
+        srv.delete(f"/v1/sandboxes/{sid}")

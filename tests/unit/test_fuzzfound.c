@@ -6,6 +6,7 @@
 #include "proto/frame.h"
 #include "serve/manifest.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -87,4 +88,35 @@ Test(manifest, deep_files_are_not_slow)
 	json_t *m = json_pack("{s:{s:o}}", "entries", "d", e);
 	cr_assert(!manifest_is_slow(m));
 	json_decref(m);
+}
+
+#include "base/utf8.h"
+
+/* Messages quote clients and are cut at byte counts: what is not UTF-8
+ * must not reach a JSON string (a 500, or the agent closing the
+ * daemon's connection). */
+Test(utf8, clean)
+{
+	struct {
+		const char *in, *out;
+	} t[] = {
+		{"plain", "plain"},
+		{"caf\xc3\xa9", "caf\xc3\xa9"},
+		{"cut \xc3", "cut ?"},
+		{"\xff\xfe x", "?? x"},
+		{"\xc0\xaf overlong", "?? overlong"},
+		{"\xed\xa0\x80 surrogate", "??? surrogate"},
+		{"\xf4\x90\x80\x80 big", "???? big"},
+		{"\xf0\x9f\x98\x80 emoji", "\xf0\x9f\x98\x80 emoji"},
+		{"\xe2\x82", "??"},
+	};
+	for (size_t i = 0; i < sizeof t / sizeof t[0]; i++) {
+		char buf[64];
+		snprintf(buf, sizeof buf, "%s", t[i].in);
+		moat_utf8_clean(buf);
+		cr_assert_str_eq(buf, t[i].out, "case %zu", i);
+		json_t *j = json_string(buf);
+		cr_assert(j != NULL, "case %zu", i);
+		json_decref(j);
+	}
 }

@@ -149,8 +149,10 @@ FUZZ_SRC_api       := src/serve/api.c src/serve/http.c src/serve/manifest.c \
 FUZZ_LIBS_api      := -levent -ljansson -larchive
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: fuzz fuzz-long
-fuzz: $(FUZZ_BINS)
+.PHONY: fuzz fuzz-long fuzz-build
+# Built two at a time (the brief run is part of `make check`), run one by one.
+fuzz:
+	@$(MAKE) --no-print-directory -j2 fuzz-build
 	@for f in $(FUZZ_BINS); do \
 		n=$${f##*/}; c=$(BUILD)/fuzz/corpus/$$n; mkdir -p $$c; \
 		s=tests/fuzz/corpus/$$n; [ -d $$s ] || s=; \
@@ -161,6 +163,8 @@ fuzz: $(FUZZ_BINS)
 
 fuzz-long:
 	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
+fuzz-build: $(FUZZ_BINS)
 
 $(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB) $(wildcard src/*/*.c src/*/*.h include/moat/*.h tests/unit/*.h) Makefile
 	@mkdir -p $(BUILD)/fuzz

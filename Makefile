@@ -20,7 +20,8 @@ PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
 # root filesystem image.
 SERVE_SRC  := $(wildcard src/serve/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
-AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c src/base/walk.c
+AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c \
+              src/base/walk.c src/base/utf8.c
 # The egress gateway (libevent + OpenSSL): in the daemon, and as moat-gate
 # for `moat run`.
 GATE_SRC   := $(wildcard src/gate/*.c)
@@ -115,28 +116,59 @@ bench: deps all
 clean:
 	rm -rf $(BUILD)
 
-# libFuzzer targets for the egress gateway's pure parsers (tests/fuzz/):
-# `make fuzz` builds each with clang and runs it for FUZZ_SECONDS (10 by
-# default; `make fuzz FUZZ_SECONDS=60` for longer), keeping corpora in
-# $(BUILD)/fuzz/corpus/ and crashing inputs in $(BUILD)/fuzz/. UBSan
-# findings abort, so the fuzzer reports them.
+# libFuzzer targets for the parsers of outside input (tests/fuzz/, listed
+# in docs/SECURITY.md): `make fuzz` builds each with clang and runs it for
+# FUZZ_SECONDS (10 by default; `make check` uses 5), `make fuzz-long` for
+# FUZZ_LONG_SECONDS (300) each. Each starts from its seed corpus in
+# tests/fuzz/corpus/<target>/ and keeps what it finds in
+# $(BUILD)/fuzz/corpus/<target>/; crashing inputs go to $(BUILD)/fuzz/.
+# UBSan findings abort, so the fuzzer reports them.
 FUZZ_SECONDS ?= 10
+FUZZ_LONG_SECONDS ?= 300
 FUZZ_CC      ?= clang
 FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined \
                 -fno-sanitize-recover=undefined -Iinclude -Isrc
 FUZZ_LIB     := src/gate/policy.c src/gate/addr.c src/gate/http_head.c \
-                src/gate/socks5.c src/gate/sni.c src/base/err.c src/base/util.c
+                src/gate/socks5.c src/gate/sni.c src/base/err.c src/base/util.c src/base/walk.c
+# Per target: its sources (FUZZ_LIB when none are named) and libraries.
+FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c src/base/walk.c
+FUZZ_SRC_frame     := src/proto/frame.c
+FUZZ_LIBS_frame    := -ljansson
+FUZZ_SRC_entries   := src/proto/entries.c $(FUZZ_BASE)
+FUZZ_SRC_patch     := src/patch/patch.c $(FUZZ_BASE)
+FUZZ_SRC_archive   := src/serve/archive.c src/proto/entries.c $(FUZZ_BASE)
+FUZZ_LIBS_archive  := -larchive
+FUZZ_SRC_image     := src/serve/image.c $(FUZZ_BASE)
+FUZZ_SRC_policy_file := src/policy/policy.c src/policy/policy_json.c src/policy/quota.c $(FUZZ_BASE)
+FUZZ_LIBS_policy_file := -ljansson
+FUZZ_SRC_manifest  := src/serve/manifest.c src/proto/entries.c $(FUZZ_BASE)
+FUZZ_LIBS_manifest := -ljansson
+# The API: the real router, validation and reply shaping (api.c, http.c)
+# behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
+FUZZ_SRC_api       := src/serve/api.c src/serve/http.c src/serve/manifest.c src/serve/clone.c \
+                      src/policy/quota.c \
+                      src/serve/archive.c src/serve/image.c src/serve/metrics.c \
+                      src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)
+FUZZ_LIBS_api      := -levent -ljansson -larchive
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
-.PHONY: fuzz
-fuzz: $(FUZZ_BINS)
+.PHONY: fuzz fuzz-long fuzz-build
+# Built two at a time (the brief run is part of `make check`), run one by one.
+fuzz:
+	@$(MAKE) --no-print-directory -j2 fuzz-build
 	@for f in $(FUZZ_BINS); do \
-		c=$(BUILD)/fuzz/corpus/$${f##*/}; mkdir -p $$c; \
+		n=$${f##*/}; c=$(BUILD)/fuzz/corpus/$$n; mkdir -p $$c; \
+		s=tests/fuzz/corpus/$$n; [ -d $$s ] || s=; \
 		echo "fuzz: $$f for $(FUZZ_SECONDS)s"; \
-		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 \
-			-artifact_prefix=$(BUILD)/fuzz/ $$c || exit 1; \
+		$$f -max_total_time=$(FUZZ_SECONDS) -print_final_stats=1 -timeout=10 \
+			-artifact_prefix=$(BUILD)/fuzz/ $$c $$s || exit 1; \
 	done
 
-$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB) $(wildcard src/gate/*.h src/base/*.h include/moat/*.h tests/unit/*.h) Makefile
+fuzz-long:
+	$(MAKE) fuzz FUZZ_SECONDS=$(FUZZ_LONG_SECONDS)
+
+fuzz-build: $(FUZZ_BINS)
+
+$(BUILD)/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $(FUZZ_LIB) $(wildcard src/*/*.c src/*/*.h include/moat/*.h tests/unit/*.h) Makefile
 	@mkdir -p $(BUILD)/fuzz
-	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(FUZZ_LIB)
+	$(FUZZ_CC) $(FUZZ_FLAGS) -o $@ $< $(or $(FUZZ_SRC_$*),$(FUZZ_LIB)) $(FUZZ_LIBS_$*)

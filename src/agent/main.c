@@ -5,6 +5,7 @@
 #include "agent.h"
 
 #include "../base/fdpass.h"
+#include "../base/utf8.h"
 #include "../proto/frame.h"
 
 #include <errno.h>
@@ -171,6 +172,9 @@ void agent_fail(const struct agent_req *r, const char *code, const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	/* a path cut inside a character is no JSON string: without this the
+	 * reply could not be made and the daemon's connection was closed */
+	moat_utf8_clean(msg);
 	agent_reply(r, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg),
 		    NULL, 0);
 }
@@ -204,17 +208,17 @@ const char *agent_errno_code(int err)
 	}
 }
 
-static void dispatch(struct agent_conn *c, const char *js, size_t jl, const char *data,
-		     size_t dl)
+/* f->msg stays the caller's. */
+static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 {
-	json_error_t jerr;
-	json_t *req = json_loadb(js, jl, 0, &jerr);
-	json_int_t id = req ? json_integer_value(json_object_get(req, "id")) : 0;
+	json_t *req = f->msg;
+	json_int_t id = f->id;
+	const char *data = f->data;
+	size_t dl = f->data_len;
 	struct agent_req r = {.conn = c, .id = id};
-	const char *op = req ? json_string_value(json_object_get(req, "op")) : NULL;
-	if (!req || !json_is_object(req) || !op) {
+	const char *op = json_string_value(json_object_get(req, "op"));
+	if (!req || !op) {
 		agent_fail(&r, "invalid_request", "malformed request");
-		json_decref(req);
 		return;
 	}
 	if (!strcmp(op, "exec"))
@@ -254,7 +258,6 @@ static void dispatch(struct agent_conn *c, const char *js, size_t jl, const char
 					  (json_int_t)proc_running()), NULL, 0);
 	else
 		agent_fail(&r, "invalid_request", "unknown op %.64s", op);
-	json_decref(req);
 }
 
 static void conn_read(struct agent_conn *c)
@@ -283,18 +286,18 @@ static void conn_read(struct agent_conn *c)
 		c->rlen += (size_t)n;
 	}
 	size_t off = 0;
-	while (c->fd >= 0 && c->rlen - off >= MOAT_FRAME_HDR) {
-		uint32_t jl, dl;
-		if (moat_frame_parse((const unsigned char *)c->rbuf + off, &jl, &dl) < 0) {
+	while (c->fd >= 0) {
+		struct moat_frame f;
+		int st = moat_frame_next(c->rbuf + off, c->rlen - off, &f);
+		if (st < 0) {
 			conn_close(c);
 			return;
 		}
-		size_t need = MOAT_FRAME_HDR + (size_t)jl + dl;
-		if (c->rlen - off < need)
+		if (st == 0)
 			break;
-		const char *js = c->rbuf + off + MOAT_FRAME_HDR;
-		off += need;
-		dispatch(c, js, jl, js + jl, dl);
+		off += f.size;
+		dispatch(c, &f);
+		json_decref(f.msg);
 	}
 	if (c->fd >= 0 && off) {
 		memmove(c->rbuf, c->rbuf + off, c->rlen - off);

@@ -413,6 +413,8 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 {
 	struct pend *p = arg;
 	struct evhttp_request *req = p->req;
+	if (!data) /* a reply without data: data + offset stays defined */
+		data = "";
 	if (!reply) {
 		pend_done(p);
 		if (p->streaming) {
@@ -565,6 +567,10 @@ static void on_reply(void *arg, json_t *reply, const char *data, size_t len)
 static void simple(struct evhttp_request *req, struct box *b, enum pend_kind k, json_t *op,
 		   const void *data, size_t len)
 {
+	if (!op) { /* a parameter that is no JSON string (not UTF-8) */
+		http_error(req, 400, "invalid_request", "a query parameter is not UTF-8");
+		return;
+	}
 	struct pend *p = pend_new(req, b, k);
 	if (!p) {
 		json_decref(op);
@@ -1288,6 +1294,13 @@ static char *need_path(struct evhttp_request *req)
 		http_error(req, 400, "invalid_path", "the path query parameter is required");
 		return NULL;
 	}
+	json_t *utf8 = json_string(p); /* the agent's request is JSON */
+	if (!utf8) {
+		free(p);
+		http_error(req, 400, "invalid_path", "a path must be UTF-8");
+		return NULL;
+	}
+	json_decref(utf8);
 	return p;
 }
 

@@ -260,45 +260,40 @@ static void on_read(struct bufferevent *bev, void *arg)
 	struct evbuffer *in = bufferevent_get_input(bev);
 	for (;;) {
 		unsigned char h[MOAT_FRAME_HDR];
-		if (evbuffer_copyout(in, h, sizeof h) != (ev_ssize_t)sizeof h)
-			return;
-		uint32_t jl, dl;
-		if (moat_frame_parse(h, &jl, &dl) < 0) {
+		struct moat_frame f;
+		ev_ssize_t got = evbuffer_copyout(in, h, sizeof h);
+		if (moat_frame_next(h, got > 0 ? (size_t)got : 0, &f) < 0) {
 			drop_conn(b); /* the agent is not to be trusted: no resync */
 			return;
 		}
-		size_t need = MOAT_FRAME_HDR + (size_t)jl + dl;
-		if (evbuffer_get_length(in) < need)
+		if (evbuffer_get_length(in) < f.size)
 			return;
-		evbuffer_drain(in, MOAT_FRAME_HDR);
-		char *js = malloc(jl);
-		char *data = dl ? malloc(dl) : NULL;
-		if (!js || (dl && !data)) {
-			free(js);
-			free(data);
+		/* the whole frame, copied out: a callback may free the buffer */
+		char *fr = malloc(f.size);
+		if (!fr) {
 			drop_conn(b);
 			return;
 		}
-		evbuffer_remove(in, js, jl);
-		if (dl)
-			evbuffer_remove(in, data, dl);
-		json_t *reply = json_loadb(js, jl, 0, NULL);
-		free(js);
-		json_int_t id = reply ? json_integer_value(json_object_get(reply, "id")) : 0;
+		if (evbuffer_remove(in, fr, f.size) != (ev_ssize_t)f.size ||
+		    moat_frame_next(fr, f.size, &f) != 1) {
+			free(fr);
+			drop_conn(b);
+			return;
+		}
 		struct call **pp = &b->calls, *c = NULL;
 		for (; *pp; pp = &(*pp)->next)
-			if ((*pp)->id == id) {
+			if ((*pp)->id == f.id) {
 				c = *pp;
 				*pp = c->next;
 				break;
 			}
-		if (c && c->cb && json_is_object(reply))
-			c->cb(c->arg, reply, data, dl);
+		if (c && c->cb && f.msg)
+			c->cb(c->arg, f.msg, f.data_len ? f.data : NULL, f.data_len);
 		else if (c && c->cb)
 			c->cb(c->arg, NULL, NULL, 0);
 		free(c);
-		free(data);
-		json_decref(reply);
+		free(fr);
+		json_decref(f.msg);
 		if (b->bev != bev) /* a callback deleted the sandbox or the link */
 			return;
 	}

@@ -2,6 +2,8 @@
 #define _GNU_SOURCE
 #include "http.h"
 
+#include "../base/utf8.h"
+
 #include <errno.h>
 #include <event2/buffer.h>
 #include <event2/keyvalq_struct.h>
@@ -75,8 +77,9 @@ void http_json(struct evhttp_request *req, int status, json_t *body)
 	char *s = json_dumps(body, JSON_COMPACT);
 	json_decref(body);
 	if (!s) {
-		http_raw(req, 500, "application/json",
-			 "{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}", 56);
+		static const char oom[] =
+			"{\"error\":{\"code\":\"internal\",\"message\":\"out of memory\"}}";
+		http_raw(req, 500, "application/json", oom, sizeof oom - 1);
 		return;
 	}
 	size_t n = strlen(s);
@@ -121,6 +124,10 @@ void http_error(struct evhttp_request *req, int status, const char *code, const 
 	va_start(ap, fmt);
 	vsnprintf(msg, sizeof msg, fmt, ap);
 	va_end(ap);
+	/* a message quotes the client (a path, a key, cut at a byte count):
+	 * what is not UTF-8 would fail the JSON string, and the answer would
+	 * be a 500 instead of the error meant */
+	moat_utf8_clean(msg);
 	http_json(req, status, json_pack("{s:{s:s,s:s}}", "error", "code", code, "message", msg));
 }
 

@@ -357,17 +357,19 @@ int manifest_build(json_t *m, char *const *host_paths, struct moat_buf *out, jso
 	return 0;
 }
 
-static bool has_git(json_t *entries, int depth)
+/* As deep as manifest_build goes (no depth limit of its own: a git_repo
+ * below one would be cloned on the event loop); bounded by jansson's
+ * parser depth (2048). */
+static bool has_git(json_t *entries)
 {
 	const char *k;
 	json_t *v;
-	if (!json_is_object(entries) || depth > 64)
+	if (!json_is_object(entries))
 		return false;
 	json_object_foreach(entries, k, v)
 	{
 		const char *t = json_string_value(json_object_get(v, "type"));
-		if ((t && !strcmp(t, "git_repo")) ||
-		    has_git(json_object_get(v, "children"), depth + 1))
+		if ((t && !strcmp(t, "git_repo")) || has_git(json_object_get(v, "children")))
 			return true;
 	}
 	return false;
@@ -375,5 +377,5 @@ static bool has_git(json_t *entries, int depth)
 
 bool manifest_is_slow(json_t *m)
 {
-	return has_git(json_object_get(m, "entries"), 0);
+	return has_git(json_object_get(m, "entries"));
 }

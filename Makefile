@@ -45,9 +45,9 @@ $(1)/moat: $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $(HDRS) Makefile
 $(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $$(LIBS) $$(SERVE_LIBS) $$(GATE_LIBS)
-$(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c $(HDRS) Makefile
+$(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c $$(LIBS) $$(GATE_LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $$(LIBS) $$(GATE_LIBS)
 $(1)/moat-client: $(CLIENT_SRC) src/base/err.c $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c $$(LIBS) $$(CLIENT_LIBS)

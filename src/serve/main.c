@@ -9,6 +9,7 @@
 #include "store.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
+#include "../base/own.h"
 #include "../base/util.h"
 
 #include <moat/strv.h>
@@ -99,6 +100,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 int main(int argc, char **argv)
 {
+	/* whatever the daemon makes on the host is its own: the store holds
+	 * the sandboxes' env values, the logs their traffic */
+	umask(077);
 	/* stdin/out/err open, so that no socket or pipe of ours becomes fd
 	 * 0-2 (a forked job's output would then mix with its stderr) */
 	for (int fd = 0; fd < 3; fd++)
@@ -249,12 +253,20 @@ int main(int argc, char **argv)
 	}
 	if (mkdir_p(data) < 0)
 		return fail("--data %s: %s", data, strerror(errno));
-	char *real = realpath(data, NULL);
-	if (!real || chdir(real) < 0)
+	/* ours and 0700 (an existing 0755 one, as systemd's StateDirectory=
+	 * or mkdir -p make it, is tightened), never another user's */
+	int dfd = moat_own_dir(AT_FDCWD, data, 0700, &e);
+	if (dfd < 0)
+		return fail("--data %s", e.msg, "");
+	char *real = fchdir(dfd) == 0 ? getcwd(NULL, 0) : NULL;
+	close(dfd);
+	if (!real)
 		return fail("--data %s: %s", data, strerror(errno));
 	/* one daemon per data directory */
-	int lock = open("moat.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0)
+	int lock = moat_own_file(AT_FDCWD, "moat.lock", O_RDWR | O_CREAT, 0600, &e);
+	if (lock < 0)
+		return fail("--data %s/%s", real, e.msg);
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0)
 		return fail("--data %s: another moat serve uses it", real, "");
 
 	char self[PATH_MAX], agent[PATH_MAX + 16];

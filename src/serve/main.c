@@ -133,7 +133,7 @@ int main(int argc, char **argv)
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
-	json_t *secrets = json_object();
+	json_auto_t *secrets = json_object(); /* freed on every return */
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
 	int c;
@@ -324,7 +324,6 @@ int main(int argc, char **argv)
 	box_shutdown();
 	gate_free(gate);
 	gate_policy_free(&ceiling);
-	json_decref(secrets);
 	store_close();
 	event_base_free(base);
 	free(token);

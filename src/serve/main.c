@@ -307,6 +307,7 @@ int main(int argc, char **argv)
 	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	box_restore();
+	http_set_body_limit(api_body_limit);
 	if (http_start(base, listen, token, api_route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);

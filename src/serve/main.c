@@ -83,6 +83,16 @@ static int mkdir_p(const char *path)
 	return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Credentials the operator hands us: say so when other users can read them
+ * (the file may sit in a private directory, so this is not refused). */
+static void warn_if_shared(const char *opt, const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) == 0 && (st.st_mode & 077))
+		fprintf(stderr, "moat serve: warning: %s %s is accessible to other users "
+			"(mode %04o); chmod 600 it\n", opt, file, (unsigned)(st.st_mode & 07777));
+}
+
 static char *read_token(const char *file)
 {
 	char buf[4096];
@@ -184,6 +194,7 @@ int main(int argc, char **argv)
 			FILE *f = fopen(optarg, "re");
 			if (!f)
 				return fail("--secrets-file %s: %s", optarg, strerror(errno));
+			warn_if_shared("--secrets-file", optarg);
 			char line[8192];
 			unsigned no = 0;
 			while (fgets(line, sizeof line, f)) {
@@ -237,6 +248,7 @@ int main(int argc, char **argv)
 		token = read_token(token_file);
 		if (!token)
 			return fail("--token-file %s: missing, unreadable or empty", token_file, "");
+		warn_if_shared("--token-file", token_file);
 	} else if (getenv("MOAT_API_TOKEN") && *getenv("MOAT_API_TOKEN")) {
 		token = strdup(getenv("MOAT_API_TOKEN"));
 	}

@@ -284,10 +284,9 @@ int http_start(struct event_base *base, const char *listen, const char *tok,
 	http = evhttp_new(base);
 	if (!http)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "evhttp");
-	/* evhttp's own limits stay as a backstop the head check never lets
+	/* evhttp's own limit stays as a backstop the head check never lets
 	 * it reach (it would answer in HTML) */
 	evhttp_set_max_body_size(http, MAX_BODY);
-	evhttp_set_max_headers_size(http, 2 * GUARD_MAX_HEAD);
 	guard_set_limit(route_limit);
 	evhttp_set_bevcb(http, guard_bevcb, NULL);
 	evhttp_set_timeout(http, 3600);

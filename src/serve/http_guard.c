@@ -233,8 +233,12 @@ static const char *parse_head(const char *h, size_t len, struct head *out, int *
 			if (!tchar((unsigned char)*c))
 				return "malformed header field name";
 		const char *v = colon + 1, *ve = line + n;
-		while (v < ve && (*v == ' ' || *v == '\t'))
+		while (v < ve && *v == ' ')
 			v++;
+		/* evhttp skips only spaces there: "Transfer-Encoding:\tchunked"
+		 * would not be chunked to it */
+		if (v < ve && *v == '\t')
+			return "tab before a header field value";
 		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
 			ve--;
 		if (!field_value_ok(v, (size_t)(ve - v)))

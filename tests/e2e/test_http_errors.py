@@ -187,6 +187,10 @@ MALFORMED = [
      400, "invalid_request"),
     (b"HEAD /healthz HTTP/1.1\r\nHost: x\r\nContent-Length: 5\r\n\r\nGET /", 400,
      "invalid_request"),
+    # evhttp would not see "\tchunked" as chunked: the framings would differ
+    (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nTransfer-Encoding:\tchunked\r\n\r\n"
+     b"40\r\nPUT /v1/sandboxes/x/files?path=a HTTP/1.1\r\nContent-Length: 99999999999\r\n\r\n",
+     400, "invalid_request"),
     # chunked framings evhttp would read its own way (or answer in HTML)
     (b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n" + CHUNKED + b"\r\n2;ext=1\r\n{}\r\n0\r\n\r\n",
      400, "invalid_request"),

@@ -232,7 +232,8 @@ void http_set_closecb(struct evhttp_connection *c,
  * (what the client still sends is dropped). */
 static void refused(struct evhttp_request *req, const struct guard_refusal *r)
 {
-	evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+	if (r->close)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
 	http_error(req, r->status, r->code, "%s", r->msg);
 }
 
@@ -252,7 +253,7 @@ static void on_request(struct evhttp_request *req, void *arg)
 		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !token_ok(h + 7)) {
 			evhttp_add_header(evhttp_request_get_output_headers(req),
 					  "WWW-Authenticate", "Bearer");
-			if (is_refused) /* its body is not read: end the connection */
+			if (is_refused && r.close)
 				evhttp_add_header(evhttp_request_get_output_headers(req),
 						  "Connection", "close");
 			http_error(req, 401, "unauthorized", "missing or wrong bearer token");

@@ -34,6 +34,7 @@ struct guard {
 	uint64_t total;     /* chunked: body bytes announced so far */
 	uint64_t limit;     /* this request's body limit */
 	size_t trailer;     /* trailer bytes so far */
+	bool skip;          /* a refused body: framed as usual, then dropped */
 	unsigned long heads;      /* requests handed to evhttp */
 	unsigned long seen;       /* requests the router saw */
 	unsigned long refused_at; /* 1-based index of the refused one, or 0 */
@@ -114,15 +115,30 @@ static void set_why(struct guard *g, int status, const char *code, bool after_au
 /* A head refused before evhttp saw any of it: evhttp gets a stand-in
  * request instead (with the caller's credentials, checked as usual). */
 static void refuse_head(struct guard *g, struct evbuffer *in, int status, const char *code,
-			bool after_auth, const char *msg, const char *auth, size_t authlen)
+			bool after_auth, const char *msg, const char *auth, size_t authlen,
+			uint64_t body)
 {
+	/* one refusal waits for the router at a time; a body of known length
+	 * is dropped as it comes and the connection lives on (a client that
+	 * sends all of it before reading still gets the answer), anything
+	 * else ends the connection */
+	bool keep = body != UINT64_MAX && g->refused_at <= g->seen;
 	set_why(g, status, code, after_auth, msg);
+	g->why.close = !keep;
 	g->refused_at = ++g->heads;
-	evbuffer_add_printf(in, "GET /.moat-refused HTTP/1.1\r\nHost: moat\r\nConnection: close\r\n");
+	g->scan = 0;
+	evbuffer_add_printf(in, "GET /.moat-refused HTTP/1.1\r\nHost: moat\r\n%s",
+			    keep ? "" : "Connection: close\r\n");
 	if (auth)
 		evbuffer_add_printf(in, "Authorization: %.*s\r\n", (int)authlen, auth);
 	evbuffer_add(in, "\r\n", 2);
-	g->st = G_DISCARD;
+	if (keep && body) {
+		g->st = G_BODY;
+		g->left = body;
+		g->skip = true;
+	} else {
+		g->st = keep ? G_HEAD : G_DISCARD;
+	}
 }
 
 /* A chunked body already under way: end it where evhttp stands, so the
@@ -132,10 +148,17 @@ static void cut(struct guard *g, struct evbuffer *in, int status, const char *co
 {
 	static const char *const end[] = {
 		[G_CHUNK_SIZE] = "0\r\n\r\n", [G_CHUNK_EOL] = "\r\n0\r\n\r\n", [G_TRAILER] = "\r\n"};
+	/* over the limit, the framing is still known: the rest is dropped as
+	 * it comes and the connection lives on; malformed, it ends */
+	bool keep = status == 413 && g->st == G_CHUNK_SIZE && g->refused_at <= g->seen;
 	set_why(g, status, code, status == 413, msg);
+	g->why.close = !keep;
 	g->refused_at = g->heads;
 	evbuffer_add(in, end[g->st], strlen(end[g->st]));
-	g->st = G_DISCARD;
+	if (keep)
+		g->skip = true; /* the same size line again, now to skip */
+	else
+		g->st = G_DISCARD;
 }
 
 /* ---- the head ---------------------------------------------------------------- */
@@ -165,6 +188,15 @@ static bool field_value_ok(const char *v, size_t n)
 	return true;
 }
 
+static bool strcasestr_n(const char *v, size_t n, const char *w)
+{
+	size_t wl = strlen(w);
+	for (size_t i = 0; i + wl <= n; i++)
+		if (!strncasecmp(v + i, w, wl))
+			return true;
+	return false;
+}
+
 /* next line of [*p, end): its length without the EOL; *p moves past it */
 static size_t take_line(const char **p, const char *end, const char **line)
 {
@@ -179,7 +211,7 @@ struct head {
 	enum evhttp_cmd_type type;
 	char target[8192];
 	char path[512]; /* for the route's limit (longer paths match no route) */
-	bool has_cl, chunked;
+	bool has_cl, chunked, http10, conn_close;
 	uint64_t cl;
 	const char *auth;
 	size_t authlen;
@@ -199,6 +231,7 @@ static const char *parse_head(const char *h, size_t len, struct head *out, int *
 	       vl = (size_t)(line + n - sp2 - 1);
 	if (vl != 8 || (memcmp(sp2 + 1, "HTTP/1.1", 8) && memcmp(sp2 + 1, "HTTP/1.0", 8)))
 		return "unsupported HTTP version (HTTP/1.0 or HTTP/1.1)";
+	out->http10 = !memcmp(sp2 + 1, "HTTP/1.0", 8);
 	size_t mi = 0;
 	while (mi < sizeof methods / sizeof methods[0] &&
 	       (strlen(methods[mi].name) != ml || memcmp(methods[mi].name, line, ml)))
@@ -261,6 +294,8 @@ static const char *parse_head(const char *h, size_t len, struct head *out, int *
 			has_te = out->chunked = true;
 		} else if (nl == 6 && !strncasecmp(line, "Expect", 6)) {
 			expect_bad |= vlen != 12 || strncasecmp(v, "100-continue", 12);
+		} else if (nl == 10 && !strncasecmp(line, "Connection", 10)) {
+			out->conn_close |= vlen >= 5 && strcasestr_n(v, vlen, "close");
 		} else if (nl == 13 && !strncasecmp(line, "Authorization", 13)) {
 			out->auth = v;
 			out->authlen = vlen;
@@ -308,12 +343,12 @@ static void head_state(struct guard *g, struct evbuffer *in)
 	if (!end) {
 		if (len > GUARD_MAX_HEAD)
 			refuse_head(g, in, 400, "invalid_request", false,
-				    "request head over 64 KiB", NULL, 0);
+				    "request head over 64 KiB", NULL, 0, UINT64_MAX);
 		return;
 	}
 	if (end > GUARD_MAX_HEAD) {
 		refuse_head(g, in, 400, "invalid_request", false, "request head over 64 KiB",
-			    NULL, 0);
+			    NULL, 0, UINT64_MAX);
 		return;
 	}
 	struct head h = {0};
@@ -322,7 +357,7 @@ static void head_state(struct guard *g, struct evbuffer *in)
 	const char *bad = txt ? parse_head(txt, end, &h, &status) : "out of memory";
 	if (bad) {
 		refuse_head(g, in, status, status == 405 ? "method_not_allowed" : "invalid_request",
-			    false, bad, NULL, 0);
+			    false, bad, NULL, 0, UINT64_MAX);
 		return;
 	}
 	g->limit = g->limit_fn ? g->limit_fn(h.type, h.path) : UINT64_MAX;
@@ -334,7 +369,9 @@ static void head_state(struct guard *g, struct evbuffer *in)
 		size_t al = h.auth && h.authlen < sizeof auth ? h.authlen : 0;
 		if (al)
 			memcpy(auth, h.auth, al);
-		refuse_head(g, in, 413, "too_large", true, msg, al ? auth : NULL, al);
+		evbuffer_drain(g->raw, end); /* the head; its body follows */
+		refuse_head(g, in, 413, "too_large", true, msg, al ? auth : NULL, al,
+			    h.http10 || h.conn_close ? UINT64_MAX : h.cl);
 		return;
 	}
 	evbuffer_remove_buffer(g->raw, in, end);
@@ -356,7 +393,10 @@ static bool pass(struct guard *g, struct evbuffer *in)
 	size_t n = evbuffer_get_length(g->raw);
 	if (n > g->left)
 		n = (size_t)g->left;
-	evbuffer_remove_buffer(g->raw, in, n);
+	if (g->skip)
+		evbuffer_drain(g->raw, n);
+	else
+		evbuffer_remove_buffer(g->raw, in, n);
 	g->left -= n;
 	return g->left == 0;
 }
@@ -392,8 +432,22 @@ static void chunk_size(struct guard *g, struct evbuffer *in)
 		ok = d >= 0;
 		v = v * 16 + (uint64_t)(d < 0 ? 0 : d);
 	}
+	if (!ok && g->skip) {
+		g->st = G_DISCARD;
+		return;
+	}
 	if (!ok) {
 		cut(g, in, 400, "invalid_request", "malformed chunk size");
+		return;
+	}
+	if (g->skip) {
+		evbuffer_drain(g->raw, len + eol);
+		if (v) {
+			g->st = G_CHUNK_DATA;
+			g->left = v;
+		} else {
+			g->st = G_TRAILER;
+		}
 		return;
 	}
 	if (v > g->limit - g->total) {
@@ -401,6 +455,8 @@ static void chunk_size(struct guard *g, struct evbuffer *in)
 		snprintf(msg, sizeof msg, "chunked request body over this route's limit of %llu bytes",
 			 (unsigned long long)g->limit);
 		cut(g, in, 413, "too_large", msg);
+		if (g->skip)
+			chunk_size(g, in); /* the same line, now skipped */
 		return;
 	}
 	g->total += v;
@@ -417,15 +473,20 @@ static void chunk_eol(struct guard *g, struct evbuffer *in)
 {
 	unsigned char c[2];
 	ssize_t n = evbuffer_copyout(g->raw, c, 2);
-	if (n >= 1 && c[0] == '\n') {
-		evbuffer_remove_buffer(g->raw, in, 1);
-	} else if (n == 2 && c[0] == '\r' && c[1] == '\n') {
-		evbuffer_remove_buffer(g->raw, in, 2);
-	} else {
-		if (n == 2 || (n == 1 && c[0] != '\r'))
-			cut(g, in, 400, "invalid_request", "chunk data longer than its size");
+	size_t k = n >= 1 && c[0] == '\n' ? 1 : n == 2 && c[0] == '\r' && c[1] == '\n' ? 2 : 0;
+	if (!k) {
+		if (n == 2 || (n == 1 && c[0] != '\r')) {
+			if (g->skip)
+				g->st = G_DISCARD;
+			else
+				cut(g, in, 400, "invalid_request", "chunk data longer than its size");
+		}
 		return;
 	}
+	if (g->skip)
+		evbuffer_drain(g->raw, k);
+	else
+		evbuffer_remove_buffer(g->raw, in, k);
 	g->st = G_CHUNK_SIZE;
 }
 
@@ -437,20 +498,30 @@ static void trailer(struct guard *g, struct evbuffer *in)
 	if (n == 0)
 		return;
 	if (n < 0) {
-		cut(g, in, 400, "invalid_request", "malformed chunked trailer");
+		if (g->skip)
+			g->st = G_DISCARD;
+		else
+			cut(g, in, 400, "invalid_request", "malformed chunked trailer");
 		return;
 	}
 	size_t len = (size_t)(n - 1);
 	if (!len) {
-		evbuffer_remove_buffer(g->raw, in, eol);
+		if (g->skip)
+			evbuffer_drain(g->raw, eol);
+		else
+			evbuffer_remove_buffer(g->raw, in, eol);
 		g->st = G_HEAD;
+		g->skip = false;
 		return;
 	}
 	/* trailer fields are not used: checked for form, then dropped */
 	const char *colon = memchr(line, ':', len);
 	g->trailer += len + eol;
 	if (!colon || colon == line || !field_value_ok(line, len) || g->trailer > GUARD_MAX_HEAD) {
-		cut(g, in, 400, "invalid_request", "malformed chunked trailer");
+		if (g->skip)
+			g->st = G_DISCARD;
+		else
+			cut(g, in, 400, "invalid_request", "malformed chunked trailer");
 		return;
 	}
 	evbuffer_drain(g->raw, len + eol);
@@ -466,8 +537,10 @@ static void run(struct guard *g, struct evbuffer *in)
 		switch (st) {
 		case G_HEAD: head_state(g, in); break;
 		case G_BODY:
-			if (pass(g, in))
+			if (pass(g, in)) {
 				g->st = G_HEAD;
+				g->skip = false;
+			}
 			break;
 		case G_CHUNK_SIZE: chunk_size(g, in); break;
 		case G_CHUNK_DATA:
@@ -519,8 +592,8 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 		evhttp_connection_set_closecb(g->evcon, on_close, g);
 	}
 	/* the bulk of a body: it stays where it is, only counted */
-	if ((g->st == G_BODY || g->st == G_CHUNK_DATA) && !evbuffer_get_length(g->raw) &&
-	    info->n_added <= g->left) {
+	if ((g->st == G_BODY || g->st == G_CHUNK_DATA) && !g->skip &&
+	    !evbuffer_get_length(g->raw) && info->n_added <= g->left) {
 		g->left -= info->n_added;
 		if (!g->left)
 			g->st = g->st == G_BODY ? G_HEAD : G_CHUNK_EOL;

@@ -31,6 +31,7 @@ struct guard_refusal {
 	const char *code;
 	const char *msg;
 	bool after_auth; /* answered only to an authenticated caller */
+	bool close;      /* the connection ends after the answer */
 };
 
 /* Called once per request the router sees, in order: true when this one

@@ -46,9 +46,9 @@ $(1)/moat: $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $(HDRS) Makefile
 $(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $$(LIBS) $$(SERVE_LIBS) $$(GATE_LIBS)
-$(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c $(HDRS) Makefile
+$(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c $$(LIBS) $$(GATE_LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $$(LIBS) $$(GATE_LIBS)
 $(1)/moat-client: $(CLIENT_SRC) src/base/err.c $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c $$(LIBS) $$(CLIENT_LIBS)
@@ -145,7 +145,7 @@ FUZZ_SRC_manifest  := src/serve/manifest.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_manifest := -ljansson
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/http.c src/serve/manifest.c src/serve/clone.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/http.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
                       src/policy/quota.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)

@@ -48,9 +48,17 @@ static void env_set(struct moat_strv *env, const char *name, const char *value)
 
 static int write_all(const char *path, const char *a, const char *b, struct moat_err *e)
 {
-	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0644);
+	/* certificates only (the key stays in moat-gate's memory), read by
+	 * the sandbox's user (host uid 65534 in root runs): 0644 whatever
+	 * the caller's umask */
+	int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", path);
+	if (fchmod(fd, 0644) < 0) {
+		int err = errno;
+		close(fd);
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", path);
+	}
 	const char *parts[] = {a, b};
 	for (int i = 0; i < 2; i++)
 		if (parts[i] && moat_write_all(fd, parts[i], strlen(parts[i])) < 0) {

@@ -13,10 +13,12 @@
  * Secrets arrive over the socket, never in argv or the environment. */
 #define _GNU_SOURCE
 #include "base/fdpass.h"
+#include "base/own.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <openssl/crypto.h>
@@ -140,8 +142,15 @@ int main(int argc, char **argv)
 	}
 	FILE *log = NULL;
 	const char *logpath = json_string_value(json_object_get(cfg, "log"));
-	if (logpath && !(log = fopen(logpath, "ae")))
-		return fail("--net-log: cannot open the file: %s", strerror(errno));
+	if (logpath) {
+		/* the caller's own file, 0600: never through a symlink planted
+		 * at the name, never into another user's file */
+		int fd = moat_own_file(AT_FDCWD, logpath, O_WRONLY | O_APPEND | O_CREAT, 0600, &e);
+		if (fd < 0)
+			return fail("--net-log %s", e.msg);
+		if (!(log = fdopen(fd, "a")))
+			return fail("--net-log: %s", strerror(errno));
+	}
 	base = event_base_new();
 	struct gate *g = base ? gate_new(base, json_string_value(json_object_get(cfg, "upstream_ca")), &e)
 			      : NULL;

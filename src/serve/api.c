@@ -303,7 +303,7 @@ static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pen
 	p->kind = k;
 	p->started = now_ms();
 	struct evhttp_connection *c = evhttp_request_get_connection(req);
-	evhttp_connection_set_closecb(c, on_client_gone, p);
+	http_set_closecb(c, on_client_gone, p);
 	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
 	if (bev && conf->base) {
 		p->hangup = event_new(conf->base, bufferevent_getfd(bev), EV_CLOSED, on_hangup, p);
@@ -321,7 +321,7 @@ static void pend_done(struct pend *p)
 {
 	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
 	if (c)
-		evhttp_connection_set_closecb(c, NULL, NULL);
+		http_set_closecb(c, NULL, NULL);
 	if (p->hangup) {
 		event_free(p->hangup);
 		p->hangup = NULL;
@@ -1448,6 +1448,25 @@ static void not_allowed(struct evhttp_request *req)
 {
 	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
 		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
+}
+
+uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path)
+{
+	/* PUT /v1/sandboxes/ID/files and /archive take raw bodies; every
+	 * other route a JSON one (or none) */
+	char buf[512];
+	snprintf(buf, sizeof buf, "%s", path);
+	char *seg[5], *save = NULL;
+	int n = 0;
+	for (char *s = strtok_r(buf, "/", &save); s && n < 5; s = strtok_r(NULL, "/", &save))
+		seg[n++] = s;
+	if (m == EVHTTP_REQ_PUT && n == 4 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "sandboxes")) {
+		if (!strcmp(seg[3], "files"))
+			return conf->max_file;
+		if (!strcmp(seg[3], "archive"))
+			return HTTP_MAX_BODY;
+	}
+	return HTTP_MAX_JSON_BODY;
 }
 
 void api_route(struct evhttp_request *req)

@@ -21,6 +21,8 @@ struct api_config {
 };
 
 void api_init(const struct api_config *c);
+/* The body limit of a route (see http_set_body_limit). */
+uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path);
 /* Route one authenticated request. */
 void api_route(struct evhttp_request *req);
 

@@ -5,6 +5,7 @@
 #include "store.h"
 #include "../base/cleanup.h"
 #include "../base/fdpass.h"
+#include "../base/own.h"
 #include "../base/util.h"
 #include "../proto/frame.h"
 
@@ -574,8 +575,12 @@ static int attach_gate(struct box *b, int fds[2], struct moat_err *e)
 	}
 	char logpath[96];
 	snprintf(logpath, sizeof logpath, "%s/net.log", b->dir);
-	if (!b->netlog)
-		b->netlog = fopen(logpath, "ae");
+	if (!b->netlog) {
+		/* the sandbox's traffic, for the daemon's user alone */
+		int lf = moat_own_file(AT_FDCWD, logpath, O_WRONLY | O_APPEND | O_CREAT, 0600, e);
+		if (lf >= 0 && !(b->netlog = fdopen(lf, "a")))
+			close(lf);
+	}
 	b->gbox = gate_box_new(cfg.gate, b->id, pol, NULL, b->netlog, e);
 	if (!b->gbox) {
 		gate_policy_free(pol);
@@ -690,7 +695,10 @@ static int listen_socket(const char *dir, struct moat_err *e)
 	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "socket");
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 64) < 0) {
+	/* the daemon alone connects: 0600, set on the socket before bind
+	 * (Linux gives the file the socket's mode), not by name afterwards */
+	if (fchmod(fd, 0600) < 0 || bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    listen(fd, 64) < 0) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "control socket %s", sa.sun_path);
 		close(fd);
 		return -1;
@@ -812,7 +820,11 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 		moat_err_set(e, MOAT_E_USAGE, 0, "a seeded workspace with a disk limit");
 		goto fail;
 	}
-	if (mkdir(b->dir, 0700) < 0 || (spec->seed ? rename(spec->seed, ws) : mkdir(ws, 0755)) < 0) {
+	/* sandboxes/<id> 0700 keeps every host user out; the workspace in it
+	 * is 0755 as the sandbox always saw it (the umask is 077); a seed
+	 * (the manifest's clones) was made 0755 and is renamed in */
+	if (mkdir(b->dir, 0700) < 0 ||
+	    (spec->seed ? rename(spec->seed, ws) : mkdir(ws, 0700) < 0 ? -1 : chmod(ws, 0755)) < 0) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
 		goto fail;
 	}
@@ -857,7 +869,12 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 		.before_go = record_creating,
 		.before_go_arg = b,
 	};
-	if (moat_jail_spawn_start(p, &sp->l, &sp->j, e) < 0) {
+	/* the sandbox starts with the usual umask, not the daemon's 077 (the
+	 * child is cloned, with the umask of the moment, in the start) */
+	mode_t um = umask(022);
+	int started = moat_jail_spawn_start(p, &sp->l, &sp->j, e);
+	umask(um);
+	if (started < 0) {
 		b->pid = -1; /* the engine reaped it */
 		moat_strv_free(&b->cgroups);
 		goto fail;
@@ -1355,8 +1372,10 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 	evbase = base;
 	cfg = *c;
 	crash_at = getenv("MOAT_TEST_CRASH_AT");
-	if (mkdir("sandboxes", 0700) < 0 && errno != EEXIST)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s/sandboxes", c->data_dir);
+	int sfd = moat_own_dir(AT_FDCWD, "sandboxes", 0700, e);
+	if (sfd < 0)
+		return moat_err_prefix(e, "%s", c->data_dir);
+	close(sfd);
 	if (c->pool) {
 		pool = calloc(c->pool, sizeof *pool);
 		refill = event_new(base, -1, 0, on_refill, NULL);

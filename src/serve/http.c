@@ -1,6 +1,7 @@
 /* HTTP side of the daemon: see http.h. */
 #define _GNU_SOURCE
 #include "http.h"
+#include "http_guard.h"
 
 #include "../base/utf8.h"
 
@@ -12,8 +13,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define MAX_JSON_BODY (16u << 20)
-#define MAX_BODY ((ev_uint64_t)1 << 30) /* archives and files; JSON is smaller */
+#define MAX_JSON_BODY HTTP_MAX_JSON_BODY
+#define MAX_BODY ((ev_uint64_t)HTTP_MAX_BODY)
 
 static struct evhttp *http;
 static char *token;
@@ -214,19 +215,61 @@ static bool token_ok(const char *got)
 	return d == 0;
 }
 
+static uint64_t (*body_limit)(enum evhttp_cmd_type m, const char *path);
+
+static uint64_t route_limit(enum evhttp_cmd_type m, const char *path)
+{
+	uint64_t l = body_limit ? body_limit(m, path) : MAX_BODY;
+	return l < MAX_BODY ? l : MAX_BODY;
+}
+
+void http_set_body_limit(uint64_t (*fn)(enum evhttp_cmd_type m, const char *path))
+{
+	body_limit = fn;
+}
+
+void http_set_closecb(struct evhttp_connection *c,
+		      void (*cb)(struct evhttp_connection *, void *), void *arg)
+{
+	if (c)
+		guard_set_closecb(c, cb, arg);
+}
+
+/* A request the head check refused: answered, and the connection closed
+ * (what the client still sends is dropped). */
+static void refused(struct evhttp_request *req, const struct guard_refusal *r)
+{
+	if (r->close)
+		evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+	http_error(req, r->status, r->code, "%s", r->msg);
+}
+
 static void on_request(struct evhttp_request *req, void *arg)
 {
 	const char *path = evhttp_request_get_uri(req);
 	bool health = path && !strncmp(path, "/healthz", 8) && (!path[8] || path[8] == '?');
+	struct guard_refusal r;
+	bool is_refused = guard_refused(req, &r);
+	if (is_refused && !r.after_auth) {
+		refused(req, &r);
+		return;
+	}
 	if (token && !health) {
 		const char *h = evhttp_find_header(evhttp_request_get_input_headers(req),
 						   "Authorization");
 		if (!h || strncasecmp(h, "Bearer ", 7) != 0 || !token_ok(h + 7)) {
 			evhttp_add_header(evhttp_request_get_output_headers(req),
 					  "WWW-Authenticate", "Bearer");
+			if (is_refused && r.close)
+				evhttp_add_header(evhttp_request_get_output_headers(req),
+						  "Connection", "close");
 			http_error(req, 401, "unauthorized", "missing or wrong bearer token");
 			return;
 		}
+	}
+	if (is_refused) {
+		refused(req, &r);
+		return;
 	}
 	route(req);
 }
@@ -249,7 +292,11 @@ int http_start(struct event_base *base, const char *listen, const char *tok,
 	http = evhttp_new(base);
 	if (!http)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "evhttp");
+	/* evhttp's own limit stays as a backstop the head check never lets
+	 * it reach (it would answer in HTML) */
 	evhttp_set_max_body_size(http, MAX_BODY);
+	guard_set_limit(route_limit);
+	evhttp_set_bevcb(http, guard_bevcb, NULL);
 	evhttp_set_timeout(http, 3600);
 	/* every method libevent knows reaches the router, which answers 405
 	 * in the API's error shape rather than libevent's HTML 501 */

@@ -11,6 +11,20 @@
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#define HTTP_MAX_JSON_BODY (16u << 20)
+#define HTTP_MAX_BODY ((uint64_t)1 << 30) /* archives and files; JSON is smaller */
+
+/* The body limit of each route, known from the request head: a body
+ * announced (or, chunked, grown) over it is refused with a JSON 413 before
+ * it is read. Without one every route gets HTTP_MAX_BODY. */
+void http_set_body_limit(uint64_t (*fn)(enum evhttp_cmd_type m, const char *path));
+
+/* evhttp_connection_set_closecb for the router (the head check keeps its
+ * own close callback on each connection and chains this one). */
+void http_set_closecb(struct evhttp_connection *c,
+		      void (*cb)(struct evhttp_connection *, void *), void *arg);
 
 /* Listen on "HOST:PORT" and route every request to handler after auth.
  * token may be NULL (no auth; loopback only, checked by the caller). */

@@ -10,6 +10,7 @@
 #include <sys/prctl.h>
 #include <stdlib.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 /* More than any result we make (manifests are capped well below). */
@@ -116,6 +117,9 @@ struct job *job_start(struct event_base *base, int (*fn)(int fd, void *arg), voi
 		if ((p[1] != 3 && dup2(p[1], 3) < 0) || fcntl(3, F_SETFD, FD_CLOEXEC) < 0 ||
 		    close_range(4, ~0U, 0) < 0)
 			_exit(1);
+		/* what fn makes (a clone) keeps its usual modes, which go into
+		 * the sandbox; the scratch directory around it is 0700 */
+		umask(022);
 		signal(SIGPIPE, SIG_DFL);
 		signal(SIGTERM, SIG_DFL);
 		signal(SIGINT, SIG_DFL);

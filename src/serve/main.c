@@ -10,6 +10,7 @@
 #include "store.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
+#include "../base/own.h"
 #include "../base/util.h"
 
 #include <moat/jail.h>
@@ -86,6 +87,16 @@ static int mkdir_p(const char *path)
 	return mkdir(buf, 0700) < 0 && errno != EEXIST ? -1 : 0;
 }
 
+/* Credentials the operator hands us: say so when other users can read them
+ * (the file may sit in a private directory, so this is not refused). */
+static void warn_if_shared(const char *opt, const char *file)
+{
+	struct stat st;
+	if (stat(file, &st) == 0 && (st.st_mode & 077))
+		fprintf(stderr, "moat serve: warning: %s %s is accessible to other users "
+			"(mode %04o); chmod 600 it\n", opt, file, (unsigned)(st.st_mode & 07777));
+}
+
 static char *read_token(const char *file)
 {
 	char buf[4096];
@@ -103,6 +114,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 
 int main(int argc, char **argv)
 {
+	/* whatever the daemon makes on the host is its own: the store holds
+	 * the sandboxes' env values, the logs their traffic */
+	umask(077);
 	/* stdin/out/err open, so that no socket or pipe of ours becomes fd
 	 * 0-2 (a forked job's output would then mix with its stderr) */
 	for (int fd = 0; fd < 3; fd++)
@@ -134,7 +148,7 @@ int main(int argc, char **argv)
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
-	json_t *secrets = json_object();
+	json_auto_t *secrets = json_object(); /* freed on every return */
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
 	int64_t quotas[MOAT_QUOTAS];
@@ -189,6 +203,7 @@ int main(int argc, char **argv)
 			FILE *f = fopen(optarg, "re");
 			if (!f)
 				return fail("--secrets-file %s: %s", optarg, strerror(errno));
+			warn_if_shared("--secrets-file", optarg);
 			char line[8192];
 			unsigned no = 0;
 			while (fgets(line, sizeof line, f)) {
@@ -252,6 +267,7 @@ int main(int argc, char **argv)
 		token = read_token(token_file);
 		if (!token)
 			return fail("--token-file %s: missing, unreadable or empty", token_file, "");
+		warn_if_shared("--token-file", token_file);
 	} else if (getenv("MOAT_API_TOKEN") && *getenv("MOAT_API_TOKEN")) {
 		token = strdup(getenv("MOAT_API_TOKEN"));
 	}
@@ -268,12 +284,20 @@ int main(int argc, char **argv)
 	}
 	if (mkdir_p(data) < 0)
 		return fail("--data %s: %s", data, strerror(errno));
-	char *real = realpath(data, NULL);
-	if (!real || chdir(real) < 0)
+	/* ours and 0700 (an existing 0755 one, as systemd's StateDirectory=
+	 * or mkdir -p make it, is tightened), never another user's */
+	int dfd = moat_own_dir(AT_FDCWD, data, 0700, &e);
+	if (dfd < 0)
+		return fail("--data %s", e.msg, "");
+	char *real = fchdir(dfd) == 0 ? getcwd(NULL, 0) : NULL;
+	close(dfd);
+	if (!real)
 		return fail("--data %s: %s", data, strerror(errno));
 	/* one daemon per data directory */
-	int lock = open("moat.lock", O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-	if (lock < 0 || flock(lock, LOCK_EX | LOCK_NB) < 0)
+	int lock = moat_own_file(AT_FDCWD, "moat.lock", O_RDWR | O_CREAT, 0600, &e);
+	if (lock < 0)
+		return fail("--data %s/%s", real, e.msg);
+	if (flock(lock, LOCK_EX | LOCK_NB) < 0)
 		return fail("--data %s: another moat serve uses it", real, "");
 
 	char self[PATH_MAX], agent[PATH_MAX + 16];
@@ -316,6 +340,7 @@ int main(int argc, char **argv)
 		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
+	http_set_body_limit(api_body_limit);
 	if (http_start(base, listen, token, api_route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -333,7 +358,6 @@ int main(int argc, char **argv)
 	box_shutdown();
 	gate_free(gate);
 	gate_policy_free(&ceiling);
-	json_decref(secrets);
 	store_close();
 	event_base_free(base);
 	free(token);

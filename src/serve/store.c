@@ -3,20 +3,47 @@
  * loses at most the last transactions, and the reconciliation at start
  * (pid + start time) tells what really runs. */
 #include "store.h"
+#include "../base/own.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <sqlite3.h>
 #include <stdio.h>
+#include <unistd.h>
 
 static sqlite3 *db;
+
+/* The database file (made here when missing) and its companions: ours,
+ * regular, not symlinks, mode 0600. */
+static int private_files(const char *path, struct moat_err *e)
+{
+	int fd = moat_own_file(AT_FDCWD, path, O_RDWR | O_CREAT, 0600, e);
+	if (fd < 0)
+		return -1;
+	close(fd);
+	static const char *const side[] = {"-wal", "-shm", "-journal"};
+	for (size_t i = 0; i < sizeof side / sizeof side[0]; i++) {
+		char p[PATH_MAX + 16];
+		snprintf(p, sizeof p, "%s%s", path, side[i]);
+		if (moat_own_tighten(AT_FDCWD, p, 0600, e) < 0)
+			return -1;
+	}
+	return 0;
+}
 
 int store_open(const char *dir, struct moat_err *e)
 {
 	char path[PATH_MAX];
 	snprintf(path, sizeof path, "%s/moat.db", dir);
+	/* The store holds every sandbox's env values: 0600 whatever the
+	 * umask, also a 0644 one an older version left. SQLite gives the
+	 * -wal, -shm and -journal files the database file's mode. */
+	if (private_files(path, e) < 0)
+		return -1;
 	if (sqlite3_open_v2(path, &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE |
-				       SQLITE_OPEN_FULLMUTEX, NULL) != SQLITE_OK) {
+				       SQLITE_OPEN_FULLMUTEX | SQLITE_OPEN_NOFOLLOW,
+			    NULL) != SQLITE_OK) {
 		moat_err_set(e, MOAT_E_SYSTEM, 0, "open %s: %s", path,
 			     db ? sqlite3_errmsg(db) : "out of memory");
 		sqlite3_close(db);
@@ -35,6 +62,12 @@ int store_open(const char *dir, struct moat_err *e)
 			 NULL, NULL, &msg) != SQLITE_OK) {
 		moat_err_set(e, MOAT_E_SYSTEM, 0, "%s: %s", path, msg ? msg : "schema");
 		sqlite3_free(msg);
+		sqlite3_close(db);
+		db = NULL;
+		return -1;
+	}
+	/* the -wal and -shm files now exist: check what SQLite made */
+	if (private_files(path, e) < 0) {
 		sqlite3_close(db);
 		db = NULL;
 		return -1;

@@ -594,10 +594,6 @@ BUG_ROOTLESS_RMDIR = (
     "workspace/a/b stays (the daemon's removal does not chmod a directory it cannot write "
     "before emptying it; root passes by CAP_DAC_OVERRIDE); since aad0428 the mode-000 "
     "placeholder directories (.git, .claude, ...) go; expected <data>/sandboxes/<id> gone")
-BUG_HTML_413 = (
-    "daemon bug: a request announcing Content-Length: 4294967296 (over the 1 GiB body cap) "
-    "gets libevent's HTML page (413, text/html) instead of the documented "
-    "{\"error\":{\"code\":\"too_large\",...}}")
 
 
 # ---- fixtures -----------------------------------------------------------------------
@@ -2429,7 +2425,6 @@ def test_keep_alive_and_pipelining(srv):
     assert statuses == [b"200", b"404", b"200"], out[:500]
 
 
-@pytest.mark.xfail(strict=True, reason=BUG_HTML_413)
 def test_http_level_errors_use_the_json_shape(srv):
     out = raw_http(srv.port, b"PUT /v1/sandboxes/x/files?path=a HTTP/1.1\r\nHost: x\r\n"
                              b"Content-Length: 4294967296\r\n\r\n")

@@ -1234,9 +1234,18 @@ static void restore_one(void *arg, const struct store_row *r)
 	/* Is our pid 1 still there? Same pid and same start time. */
 	bool creating = !strcmp(r->state, "creating") || !strcmp(r->state, "creating-pool");
 	bool pooled = !strcmp(r->state, "pooled") || !strcmp(r->state, "creating-pool");
-	bool live = (pooled || creating || !strcmp(r->state, "running")) && r->pid > 1 &&
-		    start_time(r->pid) == r->pid_start && watch_pid(b) == 0 &&
-		    start_time(r->pid) == r->pid_start;
+	bool alive = (pooled || creating || !strcmp(r->state, "running")) && r->pid > 1 &&
+		     start_time(r->pid) == r->pid_start;
+	if (alive && watch_pid(b) < 0) {
+		/* alive but not watchable (EMFILE, ENOMEM): neither adopted nor
+		 * removed, since removing would orphan a running sandbox; its
+		 * row and directory stay for the next start */
+		fprintf(stderr, "moat serve: %s: pid %d cannot be watched (%s); left as it is\n",
+			b->id, (int)r->pid, strerror(errno));
+		box_free(b); /* closes what watch_pid got */
+		return;
+	}
+	bool live = alive && start_time(r->pid) == r->pid_start;
 	if (!live && b->pidfd >= 0) { /* it may name a process that took the pid */
 		close(b->pidfd);
 		b->pidfd = -1;

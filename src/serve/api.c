@@ -30,6 +30,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORKSPACE "/workspace"
 #define IMAGE_MAX (10u << 20)
@@ -904,12 +905,16 @@ static int manifest_job(int fd, void *arg)
 	int rc = manifest_build(json_object_get(cj->body, "manifest"), conf->host_paths, &entries,
 				cj->env, &e);
 	/* the clone's sandbox gets what the sandbox will: its limits, else the
-	 * operator's defaults, else fixed bounds for a clone; every quota */
+	 * operator's defaults, and every quota (nproc bounds its processes).
+	 * As root, where cgroups are the daemon's to set, fixed bounds for a
+	 * clone besides; unprivileged without delegation a cgroup limit
+	 * would refuse every clone (docs/SECURITY.md). */
+	bool root = geteuid() == 0;
 	struct clone_ctx cc = {
 		.network = cj->s.network,
 		.ceiling = conf->net_allow,
-		.memory = cj->s.memory ?: conf->default_memory ?: CLONE_MEMORY,
-		.pids = cj->s.pids ?: conf->default_pids ?: CLONE_PIDS,
+		.memory = cj->s.memory ?: conf->default_memory ?: root ? CLONE_MEMORY : 0,
+		.pids = cj->s.pids ?: conf->default_pids ?: root ? CLONE_PIDS : 0,
 		.cpu_milli = cj->s.cpu_milli ?: conf->default_cpu_milli,
 	};
 	for (int q = 0; q < MOAT_QUOTAS; q++)

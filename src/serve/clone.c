@@ -131,8 +131,9 @@ static int check_one(const char *where, json_t *v, const json_t *net,
 	const char *auth = strstr(repo, "://");
 	if (auth && memchr(auth + 3, '@', strcspn(auth + 3, "/?#"))) /* not even quoted back */
 		return bad(e, where, "repo: a URL with user info (user:password@) is refused: it "
-			   "would be on the clone's command line and in messages; give a "
-			   "credential as a network secret (network.secrets)%s", "");
+			   "would be on the clone's command line and in messages (a manifest's "
+			   "clone has no credentials): put it in network.secrets and clone "
+			   "from inside the sandbox%s", "");
 	bool http = !strncmp(repo, "https://", 8) || !strncmp(repo, "http://", 7);
 	if (!http)
 		return bad(e, where, "repo %.300s: only https:// and http:// URLs (fetched "

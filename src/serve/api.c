@@ -14,6 +14,7 @@
 #include "job.h"
 #include "manifest.h"
 #include "metrics.h"
+#include "../base/utf8.h"
 #include "../base/util.h"
 #include "../proto/entries.h"
 
@@ -29,6 +30,7 @@
 #include <sys/random.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #define WORKSPACE "/workspace"
 #define IMAGE_MAX (10u << 20)
@@ -902,9 +904,21 @@ static int manifest_job(int fd, void *arg)
 	manifest_set_git(collect_git, gits);
 	int rc = manifest_build(json_object_get(cj->body, "manifest"), conf->host_paths, &entries,
 				cj->env, &e);
-	struct clone_ctx cc = {.network = cj->s.network, .ceiling = conf->net_allow,
-			       .memory = cj->s.memory, .pids = cj->s.pids,
-			       .cpu_milli = cj->s.cpu_milli};
+	/* the clone's sandbox gets what the sandbox will: its limits, else the
+	 * operator's defaults, and every quota (nproc bounds its processes).
+	 * As root, where cgroups are the daemon's to set, fixed bounds for a
+	 * clone besides; unprivileged without delegation a cgroup limit
+	 * would refuse every clone (docs/SECURITY.md). */
+	bool root = geteuid() == 0;
+	struct clone_ctx cc = {
+		.network = cj->s.network,
+		.ceiling = conf->net_allow,
+		.memory = cj->s.memory ?: conf->default_memory ?: root ? CLONE_MEMORY : 0,
+		.pids = cj->s.pids ?: conf->default_pids ?: root ? CLONE_PIDS : 0,
+		.cpu_milli = cj->s.cpu_milli ?: conf->default_cpu_milli,
+	};
+	for (int q = 0; q < MOAT_QUOTAS; q++)
+		cc.quotas[q] = cj->s.quota_set & (1u << q) ? cj->s.quotas[q] : conf->quotas[q];
 	size_t i;
 	json_t *g;
 	json_array_foreach(gits, i, g)
@@ -919,6 +933,7 @@ static int manifest_job(int fd, void *arg)
 		json_array_append_new(repos, json_string(rel));
 	}
 	json_decref(gits);
+	moat_utf8_clean(e.msg); /* quotes a client's path or URL, cut at a byte count */
 	json_t *res = rc < 0 ? json_pack("{s:b,s:i,s:s}", "ok", 0, "errnum", e.errnum, "msg", e.msg)
 			     : json_pack("{s:b,s:O,s:o}", "ok", 1, "env", cj->env, "repos", repos);
 	if (rc < 0)

@@ -18,6 +18,7 @@ struct api_config {
 	char *const *net_allow;  /* the same patterns as given (for manifest clones) */
 	json_t *secrets;         /* the secret store: NAME -> value */
 	const int64_t *quotas;   /* the operator's ceilings (MOAT_QUOTAS of them) */
+	uint64_t default_memory, default_pids, default_cpu_milli; /* --memory etc. (0: none) */
 };
 
 void api_init(const struct api_config *c);

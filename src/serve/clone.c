@@ -2,9 +2,11 @@
 #define _GNU_SOURCE
 #include "clone.h"
 
+#include "../base/utf8.h"
 #include "../base/util.h"
 #include "gate/policy.h"
 
+#include <moat/policy.h>
 #include <moat/strv.h>
 
 #include <dirent.h>
@@ -33,8 +35,39 @@ static int bad(struct moat_err *e, const char *where, const char *fmt, const cha
 	snprintf(msg, sizeof msg, fmt, arg);
 #pragma GCC diagnostic pop
 	moat_err_set(e, MOAT_E_USAGE, 0, "%s: %s", where, msg);
+	moat_utf8_clean(e->msg); /* cut at a byte count: JSON needs UTF-8 */
 	e->errnum = EINVAL;
 	return -1;
+}
+
+/* The protected name (moat_mandatory_deny, _existing) a clone at rel would
+ * land on or under, or one it would create inside rel, or NULL. A .git
+ * component anywhere is one: the remote's tree would be taken for that
+ * repository's config and hooks (rel/.git, which the clone itself makes,
+ * is the nested repository and protected as such). */
+static const char *protected_at(const char *rel)
+{
+	for (const char *s = rel; *s;) {
+		size_t l = strcspn(s, "/");
+		if (l == 4 && !memcmp(s, ".git", 4))
+			return ".git";
+		s += l;
+		s += *s == '/';
+	}
+	const char *const *lists[] = {moat_mandatory_deny, moat_mandatory_deny_existing};
+	size_t rl = strlen(rel);
+	for (size_t k = 0; k < 2; k++)
+		for (size_t i = 0; lists[k][i]; i++) {
+			const char *m = lists[k][i];
+			size_t ml = strlen(m);
+			if (ml && m[ml - 1] == '/')
+				ml--;
+			/* rel is m or below it; or m is below rel */
+			if ((rl >= ml && !memcmp(rel, m, ml) && (rl == ml || rel[ml] == '/')) ||
+			    (ml > rl && !memcmp(m, rel, rl) && m[rl] == '/'))
+				return lists[k][i];
+		}
+	return NULL;
 }
 
 /* host and port of an http(s) URL: the authority after "://", without
@@ -95,6 +128,12 @@ static int check_one(const char *where, json_t *v, const json_t *net,
 			   "limit makes the workspace a private in-memory filesystem)%s", "");
 	if (repo[0] == '/')
 		return 0; /* a host path: file://, checked against --allow-host-path */
+	const char *auth = strstr(repo, "://");
+	if (auth && memchr(auth + 3, '@', strcspn(auth + 3, "/?#"))) /* not even quoted back */
+		return bad(e, where, "repo: a URL with user info (user:password@) is refused: it "
+			   "would be on the clone's command line and in messages (a manifest's "
+			   "clone has no credentials): put it in network.secrets and clone "
+			   "from inside the sandbox%s", "");
 	bool http = !strncmp(repo, "https://", 8) || !strncmp(repo, "http://", 7);
 	if (!http)
 		return bad(e, where, "repo %.300s: only https:// and http:// URLs (fetched "
@@ -133,24 +172,48 @@ static int check_one(const char *where, json_t *v, const json_t *net,
 	return rc;
 }
 
-static int check_entries(json_t *obj, const char *where, int depth, const json_t *net,
+/* As deep as manifest_build goes (no depth bound of its own, as
+ * manifest_is_slow): a git_repo anywhere is checked. rel is built as
+ * manifest_build builds it. */
+static int check_entries(json_t *obj, const char *where, const char *prefix, const json_t *net,
 			 const struct gate_policy *ceiling, bool disk, struct moat_err *e)
 {
-	if (!json_is_object(obj) || depth > 64)
+	if (!json_is_object(obj))
 		return 0;
 	const char *k;
 	json_t *v;
 	json_object_foreach(obj, k, v)
 	{
-		char w[1024];
+		char w[1024], rel[PATH_MAX];
 		snprintf(w, sizeof w, "%s.%s", where, k);
+		const char *kk = k;
+		if (!strncmp(kk, "/workspace/", 11) && !*prefix)
+			kk += 11;
+		while (!strncmp(kk, "./", 2))
+			kk += 2;
+		if (snprintf(rel, sizeof rel, "%s%s%s", prefix, *prefix ? "/" : "", kk) >=
+		    (int)sizeof rel)
+			continue; /* manifest_build names it */
+		size_t rl = strlen(rel);
+		while (rl > 1 && rel[rl - 1] == '/')
+			rel[--rl] = '\0';
 		const char *t = json_string_value(json_object_get(v, "type"));
-		if (t && !strcmp(t, "git_repo") && check_one(w, v, net, ceiling, disk, e) < 0)
-			return -1;
+		if (t && !strcmp(t, "git_repo")) {
+			const char *m = protected_at(rel);
+			if (m) {
+				bad(e, w, "%s: protected by the sandbox policy (a clone there "
+					  "would write the repository's files on or under a "
+					  "protected name); nothing was applied", m);
+				e->errnum = EACCES;
+				return -1;
+			}
+			if (check_one(w, v, net, ceiling, disk, e) < 0)
+				return -1;
+		}
 		if (t && !strcmp(t, "dir")) {
 			char w2[1100];
 			snprintf(w2, sizeof w2, "%s.children", w);
-			if (check_entries(json_object_get(v, "children"), w2, depth + 1, net, ceiling,
+			if (check_entries(json_object_get(v, "children"), w2, rel, net, ceiling,
 					  disk, e) < 0)
 				return -1;
 		}
@@ -161,7 +224,7 @@ static int check_entries(json_t *obj, const char *where, int depth, const json_t
 int clone_check(json_t *m, const json_t *network, const struct gate_policy *ceiling, bool disk,
 		struct moat_err *e)
 {
-	return check_entries(json_object_get(m, "entries"), "manifest.entries", 0, network,
+	return check_entries(json_object_get(m, "entries"), "manifest.entries", "", network,
 			     ceiling, disk, e);
 }
 
@@ -174,9 +237,10 @@ int clone_seed_dir(char *out, size_t cap, struct moat_err *e)
 	if (snprintf(out, cap, SEEDS "/XXXXXX") >= (int)cap)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENAMETOOLONG, SEEDS);
 	/* 0755 like any workspace: it becomes one */
-	if (!mkdtemp(out) || chmod(out, 0755) < 0) {
+	bool made = mkdtemp(out) != NULL;
+	if (!made || chmod(out, 0755) < 0) {
 		int err = errno;
-		if (out[sizeof SEEDS] != 'X')
+		if (made)
 			rmdir(out);
 		out[0] = '\0';
 		return moat_err_set(e, MOAT_E_SYSTEM, err, "seed directory");
@@ -257,6 +321,13 @@ static void run_opts(struct moat_strv *a, const struct clone_ctx *c, const char 
 			 (unsigned long long)c->cpu_milli % 1000);
 		add2(a, "--cpus", num);
 	}
+	for (int i = 0; i < MOAT_QUOTAS; i++) {
+		if (c->quotas[i] < 0)
+			continue;
+		char q[96];
+		snprintf(q, sizeof q, "%s=%lld", moat_quota_info[i].name, (long long)c->quotas[i]);
+		add2(a, "--quota", q);
+	}
 	if (src)
 		add2(a, "--allow-read", src);
 	if (net && c->network) {
@@ -333,6 +404,7 @@ static int run(struct moat_strv *argv, char *msg, size_t cap)
 	for (size_t i = start; i < len && o + 1 < cap; i++)
 		msg[o++] = (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f ? ' ' : buf[i];
 	msg[o] = '\0';
+	moat_utf8_clean(msg);
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
@@ -364,6 +436,7 @@ int clone_run(const struct clone_ctx *c, const char *seed, const char *where, co
 	if (rc < 0) {
 		moat_err_set(e, MOAT_E_USAGE, 0, "%s: git clone %.300s failed%s%s", where, repo,
 			     msg[0] ? ": " : "", msg);
+		moat_utf8_clean(e->msg); /* cut at byte counts: JSON needs UTF-8 */
 		e->errnum = EINVAL;
 		return -1;
 	}
@@ -382,6 +455,7 @@ int clone_run(const struct clone_ctx *c, const char *seed, const char *where, co
 	if (rc < 0) {
 		moat_err_set(e, MOAT_E_USAGE, 0, "%s: git checkout %.200s failed%s%s", where, ref,
 			     msg[0] ? ": " : "", msg);
+		moat_utf8_clean(e->msg);
 		e->errnum = EINVAL;
 		return -1;
 	}

@@ -12,6 +12,7 @@
 #define MOAT_SERVE_CLONE_H
 
 #include <moat/err.h>
+#include <moat/policy.h>
 
 #include <jansson.h>
 #include <stdbool.h>
@@ -35,10 +36,15 @@ int clone_seed_dir(char *out, size_t cap, struct moat_err *e);
 /* At daemon start: seed directories of a daemon that died mid-create. */
 void clone_sweep(void);
 
+/* A clone's bounds when neither the create nor the operator sets one. */
+#define CLONE_MEMORY (1ULL << 30)
+#define CLONE_PIDS 256
+
 struct clone_ctx {
 	const json_t *network;   /* the create's, or NULL */
 	char *const *ceiling;    /* the operator's --net-allow patterns, or NULL */
-	uint64_t memory, pids, cpu_milli; /* the create's limits (0: none) */
+	uint64_t memory, pids, cpu_milli; /* the effective limits (0: none) */
+	int64_t quotas[MOAT_QUOTAS];      /* the sandbox's ceilings, each passed */
 };
 
 /* In the job's child: clone repo (a URL, or src: the resolved host path of

@@ -262,6 +262,9 @@ int main(int argc, char **argv)
 		if (quotas[i] >= 0)
 			cfg.quotas[i] = quotas[i];
 	api.quotas = cfg.quotas;
+	api.default_memory = cfg.default_memory;
+	api.default_pids = cfg.default_pids;
+	api.default_cpu_milli = cfg.default_cpu_milli;
 	char *token = NULL;
 	if (token_file) {
 		token = read_token(token_file);

@@ -438,3 +438,175 @@ def test_moat_run_net_ceiling_bounds_the_gateway(listener, tmp_path):
     r = subprocess.run([MOAT, "run", "-w", str(ws), "--net-ceiling", "x.test", "--", "true"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 125 and "--net-ceiling" in r.stderr, r.stderr
+
+
+# ---- review findings on the clone code -----------------------------------------
+
+def evil_repo(path):
+    """A repository whose tree looks like a .git directory: a config with an
+    fsmonitor and a hooks/ directory."""
+    make_repo(path)
+    (path / "config").write_text("[core]\n\tfsmonitor = touch /tmp/moat-e2e-pwned\n")
+    (path / "hooks").mkdir()
+    (path / "hooks" / "pre-commit").write_text("#!/bin/sh\necho pwned\n")
+    (path / "settings.json").write_text("{}\n")
+    git("add", "-A", cwd=path)
+    git("commit", "-q", "-m", "evil", cwd=path)
+    tree_readable(path)
+    return path
+
+
+@pytest.mark.parametrize("key,where", [
+    (".git", "manifest.entries..git"),
+    ("./.git", "manifest.entries../.git"),
+    ("/workspace/.git/", "manifest.entries./workspace/.git/"),
+    ("a/.git", "manifest.entries.a/.git"),
+    ("a/.git/b", "manifest.entries.a/.git/b"),
+    (".git/hooks", "manifest.entries..git/hooks"),
+    (".vscode", "manifest.entries..vscode"),
+    (".claude/hooks", "manifest.entries..claude/hooks"),
+    (".claude", "manifest.entries..claude"),
+    (".bashrc", "manifest.entries..bashrc"),
+    (".idea/x", "manifest.entries..idea/x"),
+])
+def test_git_repo_on_a_protected_name_refused(key, where):
+    """A clone under a protected name would put the remote's tree (a config
+    with an fsmonitor, hooks) where the engine protects the workspace's
+    own: refused before anything runs, as the agent refuses a file there."""
+    d = Daemon(allow=True)
+    try:
+        repo = evil_repo(d.allowed / "evil")
+        r = d.post("/v1/sandboxes", {"manifest": {"entries": {
+            key: {"type": "git_repo", "repo": str(repo)}}}})
+        assert_error(r, 403, "forbidden", where)
+        assert "protected" in err_msg(r), r.json()
+        assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+        # the same below a dir entry
+        r = d.post("/v1/sandboxes", {"manifest": {"entries": {"d": {
+            "type": "dir", "children": {".git": {"type": "git_repo", "repo": str(repo)}}}}}})
+        assert_error(r, 403, "forbidden", "manifest.entries.d.children..git")
+        assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+        assert not list((d.data / "clones").iterdir()) if (d.data / "clones").exists() else True
+    finally:
+        d.stop()
+
+
+def test_git_repo_next_to_protected_names_still_cloned():
+    """Neighbours that are not protected: a .git-like name, a repo under a
+    directory named like a protected file elsewhere."""
+    d = Daemon(allow=True)
+    try:
+        repo = make_repo(d.allowed / "repo", "ok\n")
+        b = d.create(manifest={"entries": {
+            ".gitx": {"type": "git_repo", "repo": str(repo)},
+            "src/.claudex": {"type": "git_repo", "repo": str(repo)}}})
+        try:
+            assert d.fread(b["id"], ".gitx/a.txt") == b"ok\n"
+            assert d.fread(b["id"], "src/.claudex/a.txt") == b"ok\n"
+        finally:
+            d.rm(b["id"])
+    finally:
+        d.stop()
+
+
+def test_clone_gets_the_operators_limits_and_quotas():
+    """The throwaway sandbox of a clone runs under the operator's default
+    limits and every --quota ceiling (seen on its moat run command line
+    while the clone hangs)."""
+    # unprivileged without cgroup delegation a memory limit refuses the run
+    root = os.geteuid() == 0
+    d = Daemon(*(["--memory", "300M"] if root else []), "--quota", "inotify_instances=3",
+               allow=True)
+    try:
+        repo = hanging_repo(d)
+        body = json.dumps({"limits": {"quotas": {"inotify_watches": 100}}, "manifest": {
+            "entries": {"r": {"type": "git_repo", "repo": str(repo)}}}}).encode()
+        c = socket.create_connection(("127.0.0.1", d.port), timeout=10)
+        try:
+            c.sendall(b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\n"
+                      b"Content-Type: application/json\r\n"
+                      + f"Content-Length: {len(body)}\r\n\r\n".encode() + body)
+
+            def runs():
+                out = []
+                for p in pids_with(str(repo)):
+                    try:
+                        argv = Path(f"/proc/{p}/cmdline").read_bytes().split(b"\0")
+                    except OSError:
+                        continue
+                    if len(argv) > 1 and argv[0].endswith(b"/moat") and argv[1] == b"run":
+                        out.append([a.decode() for a in argv])
+                return out
+            got = wait_until(runs, timeout=20)
+            assert got, "no moat run for the clone"
+            argv = got[0]
+            pairs = list(zip(argv, argv[1:]))
+            if root:
+                assert ("--memory", str(300 << 20)) in pairs, argv
+                assert any(a == "--pids" and int(b) > 0 for a, b in pairs), argv
+            # every quota, nproc among them (bounds the clone's processes)
+            assert any(a == "--quota" and b.startswith("nproc=") for a, b in pairs), argv
+            assert ("--quota", "inotify_instances=3") in pairs, argv
+            assert ("--quota", "inotify_watches=100") in pairs, argv
+        finally:
+            c.close()
+    finally:
+        end_clones(d)
+        d.stop()
+
+
+def test_clone_error_cut_in_a_multibyte_character_is_a_400():
+    """The clone's error quotes the repository and git's message, each cut
+    at a byte count: cut inside a multibyte character, the message must
+    still become a JSON string (a 400, not a 500)."""
+    d = Daemon(allow=True)
+    try:
+        base = len(str(d.allowed.resolve())) + 1
+        for pad in (0, 1):
+            top = d.allowed / f"u{pad}"
+            top.mkdir()
+            # not a repository: the clone fails quoting the path
+            p = top / (("a" * pad) + "é" * 100) / ("é" * 100)
+            p.mkdir(parents=True)
+            tree_readable(d.allowed)
+            r = d.post("/v1/sandboxes", {"manifest": {"entries": {
+                "r": {"type": "git_repo", "repo": str(p)}}}})
+            assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert base > 0
+    finally:
+        d.stop()
+
+
+def test_git_repo_deep_down_still_checked(listener):
+    """A git_repo 70 directory levels down is checked like one at the top."""
+    d = Daemon()
+    try:
+        node = {"r": {"type": "git_repo", "repo": f"http://127.0.0.1:{listener.port}/x.git"}}
+        for _ in range(70):
+            node = {"d": {"type": "dir", "children": node}}
+        r = d.post("/v1/sandboxes", {"manifest": {"entries": node}})
+        assert_error(r, 400, "invalid_request", ".d.children" * 70 + ".r")
+        assert "no network" in err_msg(r), r.json()
+        assert listener.seen == [], listener.seen
+        assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+    finally:
+        d.stop()
+
+
+@pytest.mark.parametrize("auth", ["user:TOKEN-{tag}", "TOKEN-{tag}", "u:TOKEN-{tag}:x"])
+def test_url_with_userinfo_refused(listener, auth):
+    """A credential in the URL would be on the clone's command line (any
+    local user reads /proc/PID/cmdline) and in error messages: refused,
+    pointing to network secrets; nothing is fetched."""
+    d = Daemon("--net-allow", "127.0.0.0/8")
+    try:
+        a = auth.format(tag=uid_tag())
+        r = d.post("/v1/sandboxes", {"network": {"allow": ["127.0.0.1"]}, "manifest": {
+            "entries": {"r": {"type": "git_repo",
+                              "repo": f"http://{a}@127.0.0.1:{listener.port}/x.git"}}}})
+        assert_error(r, 400, "invalid_request", "manifest.entries.r")
+        assert "secrets" in err_msg(r), r.json()
+        assert "TOKEN" not in err_msg(r), r.json()
+        assert listener.seen == [], listener.seen
+    finally:
+        d.stop()

@@ -42,7 +42,6 @@ Test(clone, allowed_urls_pass)
 	struct moat_err e = {0};
 	const char *net = "{\"allow\":[\"*.example.com\",\"git.test\",\"::1\"]}";
 	cr_expect_eq(check("https://a.example.com/x.git", net, false, &e), 0, "%s", e.msg);
-	cr_expect_eq(check("http://user:pw@a.example.com:8443/x.git", net, false, &e), 0, "%s", e.msg);
 	cr_expect_eq(check("https://git.test", net, false, &e), 0, "%s", e.msg);
 	cr_expect_eq(check("http://[::1]:8080/x", net, false, &e), 0, "%s", e.msg);
 	cr_expect_eq(check("/srv/repo", NULL, false, &e), 0, "%s", e.msg);
@@ -58,16 +57,12 @@ Test(clone, refused_with_the_entry_named)
 		"https://bad.example.com/x",       /* denied by the sandbox */
 		"https://other.test/x",            /* outside the operator's --net-allow */
 		"http://[::1]:9090/x",             /* the operator allows only port 8080 */
-		"https://evil.test\\@a.example.com/", /* the host is what follows the last @ */
+		"https://evil.test\\@a.example.com/", /* user info: refused whatever the host */
+		"http://user:pw@a.example.com:8443/x.git", "https://tok@a.example.com/x",
 		"https://a.example.com:99999/x", "https://a.example.com:x/", "https://:443/", "https://",
 		"http://[::1/x", NULL};
 	for (size_t i = 0; bad[i]; i++) {
 		struct moat_err e = {0};
-		if (!strcmp(bad[i], "https://evil.test\\@a.example.com/")) {
-			/* allowed: the host is a.example.com for git and the gateway alike */
-			cr_expect_eq(check(bad[i], net, false, &e), 0, "%s", e.msg);
-			continue;
-		}
 		cr_expect_eq(check(bad[i], net, false, &e), -1, "%s passed", bad[i]);
 		cr_expect_eq(e.errnum, EINVAL, "%s", bad[i]);
 		cr_expect(strstr(e.msg, "manifest.entries.r") != NULL, "%s: %s", bad[i], e.msg);
@@ -90,4 +85,35 @@ Test(clone, no_network_or_disk_limit_refused)
 	cr_expect(strstr(e.msg, "manifest.entries.d.children.r") != NULL, "%s", e.msg);
 	json_decref(m);
 	json_decref(n);
+}
+
+Test(clone, protected_names_refused_at_any_depth)
+{
+	static const char *const bad[] = {".git", "a/.git", "a/.git/b", ".git/hooks", ".vscode",
+					  ".claude", ".claude/hooks/x", ".bashrc", NULL};
+	for (size_t i = 0; bad[i]; i++) {
+		struct moat_err e = {0};
+		json_t *m = json_pack("{s:{s:{s:s,s:s}}}", "entries", bad[i], "type", "git_repo",
+				      "repo", "/srv/repo");
+		cr_expect_eq(clone_check(m, NULL, &ceil_pol, false, &e), -1, "%s passed", bad[i]);
+		cr_expect_eq(e.errnum, EACCES, "%s", bad[i]);
+		json_decref(m);
+	}
+	static const char *const ok[] = {".gitx", "a/.claudex", "src/.vscode-x", NULL};
+	for (size_t i = 0; ok[i]; i++) {
+		struct moat_err e = {0};
+		json_t *m = json_pack("{s:{s:{s:s,s:s}}}", "entries", ok[i], "type", "git_repo",
+				      "repo", "/srv/repo");
+		cr_expect_eq(clone_check(m, NULL, &ceil_pol, false, &e), 0, "%s: %s", ok[i], e.msg);
+		json_decref(m);
+	}
+	/* 100 levels down: still checked */
+	json_t *node = json_pack("{s:{s:s,s:s}}", ".git", "type", "git_repo", "repo", "/srv/repo");
+	for (int i = 0; i < 100; i++)
+		node = json_pack("{s:{s:s,s:o}}", "d", "type", "dir", "children", node);
+	json_t *m = json_pack("{s:o}", "entries", node);
+	struct moat_err e = {0};
+	cr_expect_eq(clone_check(m, NULL, &ceil_pol, false, &e), -1);
+	cr_expect_eq(e.errnum, EACCES, "%s", e.msg);
+	json_decref(m);
 }

@@ -237,3 +237,37 @@ def test_run_ca_files_readable_by_the_sandbox_under_umask_077(scratch):
     assert r.returncode == 0, r.stderr
     lines = r.stdout.split()
     assert int(lines[0]) >= 2 and lines[-1] == "644", r.stdout
+
+
+def test_store_survives_a_reader_on_the_host():
+    """The store's files get their modes before SQLite opens them, never
+    by a descriptor opened (and closed) afterwards: that close drops
+    SQLite's POSIX locks, and a reader on the host (sqlite3) then resets
+    the WAL index under the daemon, which died of SIGBUS at a later
+    write (seen in test_fifty_sandboxes_in_parallel)."""
+    import threading
+    d = Daemon("--pool", "0")
+    stop = threading.Event()
+
+    def reader():
+        while not stop.is_set():
+            try:
+                con = sqlite3.connect(f"file:{d.data / 'moat.db'}?mode=ro", uri=True, timeout=5)
+                try:
+                    con.execute("SELECT count(*) FROM sandboxes").fetchall()
+                finally:
+                    con.close()
+            except sqlite3.Error:
+                pass
+
+    t = threading.Thread(target=reader)
+    t.start()
+    try:
+        for i in range(40):
+            sid = d.create(metadata={"pad": "x" * 3000})["id"]
+            d.rm(sid)
+            assert d.proc.poll() is None, d.log()
+    finally:
+        stop.set()
+        t.join()
+        d.stop()

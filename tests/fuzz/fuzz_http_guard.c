@@ -24,6 +24,7 @@
 #include "../../src/serve/http_guard.c"
 
 #include <event2/http_struct.h>
+#include <string.h>
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -60,6 +61,7 @@ struct seen {
 	size_t len, cap;
 	size_t pos;  /* where the next request starts */
 	bool closed; /* a refusal ended the connection */
+	bool forged; /* the client itself sent the stand-in's target */
 	struct evhttp_connection *evcon;
 };
 
@@ -249,6 +251,9 @@ static void evhttp_reads(struct seen *s, struct evbuffer *in)
 		size_t n = one_request(s, &type, path, sizeof path);
 		if (!n)
 			return;
+		static const char standin[] = "GET /.moat-refused HTTP/1.1\r\nHost: moat\r\n";
+		bool is_standin = n >= sizeof standin - 1 &&
+				  !memcmp(s->buf + s->pos, standin, sizeof standin - 1);
 		s->pos += n;
 		struct evhttp_request req = {.evcon = s->evcon};
 		struct guard_refusal r;
@@ -256,6 +261,8 @@ static void evhttp_reads(struct seen *s, struct evbuffer *in)
 			if (!r.status || !r.code || !r.msg)
 				abort();
 			s->closed = r.close;
+		} else if (is_standin && !s->forged) {
+			abort(); /* a stand-in the router would serve as a request */
 		}
 	}
 }
@@ -282,7 +289,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		evhttp_connection_base_bufferevent_new(base, NULL, bev, "127.0.0.1", 80);
 	if (!evcon)
 		abort();
-	struct seen s = {.evcon = evcon};
+	struct seen s = {.evcon = evcon,
+			 .forged = memmem(data, size, ".moat-refused", 13) != NULL};
 	struct evbuffer *in = bufferevent_get_input(bev);
 	size_t off = 0;
 	for (size_t i = 0; i <= splits && off < size; i++) {

@@ -318,6 +318,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		abort();
 	evhttp_connection_set_closecb(evcon, NULL, NULL);
 	evhttp_connection_free(evcon); /* and the bufferevent */
+	/* a bufferevent is finalized from the event loop */
+	if (event_base_loop(base, EVLOOP_NONBLOCK) < 0)
+		abort();
 	free(s.buf);
 	return 0;
 }

@@ -150,6 +150,10 @@ FUZZ_SRC_api       := src/serve/api.c src/serve/http.c src/serve/http_guard.c sr
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)
 FUZZ_LIBS_api      := -levent -ljansson -larchive
+# the framer in front of evhttp; the target includes http_guard.c itself
+# (to reach its per-connection state), so it needs no other source.
+FUZZ_SRC_http_guard := src/base/err.c
+FUZZ_LIBS_http_guard := -levent
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

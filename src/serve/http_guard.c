@@ -19,6 +19,10 @@
 
 #define MAX_FIELDS 100
 #define MAX_CHUNK_LINE 64
+/* refusals handed on, not yet seen by the router: a refusal that keeps the
+ * connection waits for the router's answer before another may keep it, and
+ * one that ends it is the last, so there are at most two */
+#define MAX_PENDING 2
 
 enum gstate { G_HEAD, G_BODY, G_CHUNK_SIZE, G_CHUNK_DATA, G_CHUNK_EOL, G_TRAILER, G_DISCARD };
 
@@ -37,9 +41,11 @@ struct guard {
 	bool skip;          /* a refused body: framed as usual, then dropped */
 	unsigned long heads;      /* requests handed to evhttp */
 	unsigned long seen;       /* requests the router saw */
-	unsigned long refused_at; /* 1-based index of the refused one, or 0 */
-	struct guard_refusal why;
-	char msg[192];
+	struct pending {
+		unsigned long at; /* 1-based index of the refused request */
+		struct guard_refusal why;
+		char msg[192];
+	} pending[MAX_PENDING]; /* slots with at <= seen are free */
 	bool busy;
 	void (*user_cb)(struct evhttp_connection *, void *);
 	void *user_arg;
@@ -96,20 +102,42 @@ bool guard_refused(struct evhttp_request *req, struct guard_refusal *r)
 	if (!g)
 		return false;
 	g->seen++;
-	if (!g->refused_at || g->refused_at != g->seen)
-		return false;
-	*r = g->why;
-	r->msg = g->msg;
-	return true;
+	for (size_t i = 0; i < MAX_PENDING; i++)
+		if (g->pending[i].at == g->seen) {
+			*r = g->pending[i].why;
+			r->msg = g->pending[i].msg;
+			return true;
+		}
+	return false;
 }
 
 /* ---- refusing ---------------------------------------------------------------- */
 
-static void set_why(struct guard *g, int status, const char *code, bool after_auth,
-		    const char *msg)
+/* No refusal waits for the router: a new one may keep the connection. */
+static bool none_pending(const struct guard *g)
 {
-	g->why = (struct guard_refusal){.status = status, .code = code, .after_auth = after_auth};
-	snprintf(g->msg, sizeof g->msg, "%s", msg);
+	for (size_t i = 0; i < MAX_PENDING; i++)
+		if (g->pending[i].at > g->seen)
+			return false;
+	return true;
+}
+
+/* Records the refusal of request number at; false when there is no room
+ * (cannot happen, see MAX_PENDING: the caller then ends the connection). */
+static bool set_why(struct guard *g, unsigned long at, int status, const char *code,
+		    bool after_auth, bool close, const char *msg)
+{
+	size_t i = 0;
+	while (i < MAX_PENDING && g->pending[i].at > g->seen)
+		i++;
+	if (i == MAX_PENDING)
+		return false;
+	struct pending *p = &g->pending[i];
+	p->at = at;
+	p->why = (struct guard_refusal){
+		.status = status, .code = code, .after_auth = after_auth, .close = close};
+	snprintf(p->msg, sizeof p->msg, "%s", msg);
+	return true;
 }
 
 /* A head refused before evhttp saw any of it: evhttp gets a stand-in
@@ -118,14 +146,17 @@ static void refuse_head(struct guard *g, struct evbuffer *in, int status, const 
 			bool after_auth, const char *msg, const char *auth, size_t authlen,
 			uint64_t body)
 {
-	/* one refusal waits for the router at a time; a body of known length
+	/* while no other refusal waits for the router, a body of known length
 	 * is dropped as it comes and the connection lives on (a client that
-	 * sends all of it before reading still gets the answer), anything
-	 * else ends the connection */
-	bool keep = body != UINT64_MAX && g->refused_at <= g->seen;
-	set_why(g, status, code, after_auth, msg);
-	g->why.close = !keep;
-	g->refused_at = ++g->heads;
+	 * sends all of it before reading still gets the answer); anything
+	 * else ends the connection (each refusal keeps its own record: two
+	 * can arrive in one read, before the router saw the first) */
+	bool keep = body != UINT64_MAX && none_pending(g);
+	if (!set_why(g, g->heads + 1, status, code, after_auth, !keep, msg)) {
+		g->st = G_DISCARD;
+		return;
+	}
+	g->heads++;
 	g->scan = 0;
 	evbuffer_add_printf(in, "GET /.moat-refused HTTP/1.1\r\nHost: moat\r\n%s",
 			    keep ? "" : "Connection: close\r\n");
@@ -150,10 +181,12 @@ static void cut(struct guard *g, struct evbuffer *in, int status, const char *co
 		[G_CHUNK_SIZE] = "0\r\n\r\n", [G_CHUNK_EOL] = "\r\n0\r\n\r\n", [G_TRAILER] = "\r\n"};
 	/* over the limit, the framing is still known: the rest is dropped as
 	 * it comes and the connection lives on; malformed, it ends */
-	bool keep = status == 413 && g->st == G_CHUNK_SIZE && g->refused_at <= g->seen;
-	set_why(g, status, code, status == 413, msg);
-	g->why.close = !keep;
-	g->refused_at = g->heads;
+	bool keep = status == 413 && g->st == G_CHUNK_SIZE && none_pending(g);
+	if (!set_why(g, g->heads, status, code, status == 413, !keep, msg)) {
+		/* fail closed: the body is not ended, evhttp never passes it on */
+		g->st = G_DISCARD;
+		return;
+	}
 	evbuffer_add(in, end[g->st], strlen(end[g->st]));
 	if (keep)
 		g->skip = true; /* the same size line again, now to skip */

@@ -274,3 +274,30 @@ def test_refusals_respect_the_token(tokd):
     one_error(raw_http(tokd.port, b"FOO / HTTP/1.1\r\n\r\n", until_close=True),
               405, "method_not_allowed")
     healthz_ok(tokd)
+
+
+@pytest.fixture(scope="module")
+def smalld():
+    d = Daemon("--max-file", "8", "--pool", "0")
+    yield d
+    d.stop()
+
+
+def test_two_refusals_in_one_read_are_both_answered(smalld):
+    """Two over-limit requests arriving together (one read, before the router
+    saw the first): each is answered as refused. Found by fuzz_http_guard:
+    the second refusal overwrote the first, whose stand-in then went to the
+    router as an ordinary request."""
+    body = b"123456789"  # one over --max-file 8
+    req = put_head("x", len(body)) + body
+    s = socket.create_connection(("127.0.0.1", smalld.port), timeout=30)
+    try:
+        s.sendall(req + req)
+        out = read_replies(s, 2)
+    finally:
+        s.close()
+    rs = responses(out)
+    assert [r[0] for r in rs] == [413, 413], out[:800]
+    for st, h, b in rs:
+        assert json.loads(b)["error"]["code"] == "too_large", b
+    healthz_ok(smalld)

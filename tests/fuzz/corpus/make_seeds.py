@@ -158,3 +158,27 @@ deep = {"type": "file", "content": "x"}
 for i in range(70):
     deep = {"type": "dir", "children": {"d": deep}}
 put("fuzz_manifest", "deep.json", json.dumps({"entries": {"d": deep}}, separators=(",", ":")))
+
+# the framer in front of evhttp: limits byte, split count, read mask, split
+# lengths - 1, then the client's bytes
+def guard(name, raw, limits=6, lens=(), reads=0xff):
+    put("fuzz_http_guard", name, bytes([limits, len(lens), reads]) + bytes(lens) + raw)
+
+
+guard("get", b"GET /v1/sandboxes HTTP/1.1\r\nHost: x\r\n\r\n")
+guard("post_cl", b"POST /v1/sandboxes HTTP/1.1\r\nHost: x\r\nContent-Length: 11\r\n\r\n{\"a\":\"b\"}\r\n",
+      lens=(9, 30, 3), reads=0x05)
+guard("post_chunked", b"POST /v1/x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      b"5\r\nhello\r\n3\r\nabc\r\n0\r\nX-T: 1\r\n\r\n", lens=(40, 6, 2, 1), reads=0x0a)
+guard("pipelined", b"GET /a HTTP/1.1\r\n\r\nPOST /b HTTP/1.1\r\nContent-Length: 2\r\n\r\nhi"
+      b"\r\nGET /c HTTP/1.0\r\nConnection: close\r\n\r\n", lens=(17, 0, 20))
+guard("over_cl", b"PUT /v1/f HTTP/1.1\r\nAuthorization: Bearer t\r\nContent-Length: 900\r\n\r\n"
+      + b"x" * 900 + b"GET / HTTP/1.1\r\n\r\n", limits=4)
+guard("over_chunked", b"POST /v1/f HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n"
+      b"10\r\n0123456789abcdef\r\n400\r\n" + b"y" * 1024 + b"\r\n0\r\n\r\nGET / HTTP/1.1\r\n\r\n",
+      limits=3)
+guard("over_head", b"GET / HTTP/1.1\r\nX: " + b"a" * 70000 + b"\r\n\r\n", lens=(200,))
+guard("obs_fold", b"GET / HTTP/1.1\r\nX-A: 1\r\n b\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+guard("chunk_ext", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\n\r\n")
+guard("both", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
+guard("lf_only", b"\r\n\nGET /x?y=1 HTTP/1.1\nHost: a\n\nHEAD / HTTP/1.1\nContent-Length: 0\n\n")

@@ -282,6 +282,18 @@ static void reap(struct moat_jail *j, int *status)
 		*status = st;
 }
 
+/* A start or finish that failed: the child is killed and reaped, and
+ * everything of the jail goes. */
+static void abandon(struct moat_jail *j)
+{
+	if (j->pid > 0) {
+		kill(j->pid, SIGKILL);
+		reap(j, NULL);
+	}
+	j->c.p = NULL; /* no further use of the caller's structs */
+	moat_jail_destroy(j);
+}
+
 int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch *l,
 			  struct moat_jail **out, struct moat_err *e)
 {
@@ -378,12 +390,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	return 0;
 
 fail:
-	if (j->pid > 0) {
-		kill(j->pid, SIGKILL);
-		reap(j, NULL);
-	}
-	c->p = NULL; /* no further use of the caller's structs */
-	moat_jail_destroy(j);
+	abandon(j);
 	return -1;
 }
 
@@ -421,12 +428,7 @@ int moat_jail_spawn_finish(struct moat_jail *j, struct moat_err *e)
 	return 0;
 
 fail:
-	if (j->pid > 0) {
-		kill(j->pid, SIGKILL);
-		reap(j, NULL);
-	}
-	c->p = NULL; /* no further use of the caller's structs */
-	moat_jail_destroy(j);
+	abandon(j);
 	return -1;
 }
 

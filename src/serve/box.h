@@ -49,6 +49,9 @@ struct box_spec {
 			     * workspace (moved in: the manifest's clones), or NULL */
 	json_t *repos;      /* the repositories in it (relative paths), protected as
 			     * nested ones whatever their depth, or NULL */
+	bool users;         /* a computer with users (core_create_opts.users) */
+	const char *door;   /* door data to keep (box_door), or NULL */
+	json_t *door_data;
 };
 
 int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);
@@ -88,6 +91,22 @@ json_t *box_env(const struct box *b, json_t *extra);
 void box_activity(void);
 /* API activity: postpones idle reaping. */
 void box_touch(struct box *b);
+
+/* Door data: what a door keeps with a sandbox (E2B's access token,
+ * template, ...), persisted with it. Borrowed / copied. */
+const json_t *box_door(const struct box *b, const char *door);
+int box_set_door(struct box *b, const char *door, json_t *data);
+/* Unix seconds: when it was made; when it will be killed (0: never).
+ * box_set_end moves the deadline (E2B's setTimeout), persisted. */
+int64_t box_created_at(const struct box *b);
+int64_t box_end_at(const struct box *b);
+int box_set_end(struct box *b, int64_t end_unix);
+/* A computer with users (root and user): see core_create_opts. */
+bool box_users(const struct box *b);
+/* Limits as asked (0: none): memory and disk bytes, cpu in thousandths. */
+void box_limits(const struct box *b, uint64_t *memory, uint64_t *disk, uint64_t *cpu_milli);
+/* Usage from its cgroups: cpu time (usec), memory in use (bytes); -1 unknown. */
+void box_usage(const struct box *b, int64_t *cpu_usec, int64_t *mem_bytes);
 
 /* Call the agent. cb gets the reply object (borrowed) and its data, or
  * reply == NULL when the sandbox went away first; cb may be NULL (no

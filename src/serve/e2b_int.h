@@ -1,0 +1,38 @@
+/* Shared by the E2B door's files (e2b.c routing and auth, e2b_api.c the
+ * control plane, e2b_envd.c envd). Not an interface of the daemon. */
+#ifndef MOAT_SERVE_E2B_INT_H
+#define MOAT_SERVE_E2B_INT_H
+
+#include <event2/http.h>
+#include <jansson.h>
+#include <stdbool.h>
+#include <stddef.h>
+
+struct box;
+
+#define E2B_ENVD_PORT 49983
+#define E2B_ENVD_VERSION "0.6.4" /* lower it to what is implemented in full */
+#define E2B_CLIENT_ID "6532622b"
+
+/* What the door keeps with each of its sandboxes: box_door(b, "e2b") =
+ * {"token": envdAccessToken, "template": templateID, "alias"?: ...}. */
+const char *e2b_access_token(const struct box *b);
+const char *e2b_template(const struct box *b);
+bool e2b_equal(const char *a, const char *b); /* constant time */
+
+/* Control-plane errors: {"code":status,"message":...} */
+void e2b_api_error(struct evhttp_request *req, int status, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* envd REST errors (/files): {"code":status,"message":...} too */
+#define e2b_envd_error e2b_api_error
+/* The 502 of a sandbox that is not there: {"sandboxId","message","code":502} */
+void e2b_not_found_502(struct evhttp_request *req, const char *id);
+
+/* e2b_api.c: the control plane (after X-API-KEY was checked). */
+void e2b_api_route(struct evhttp_request *req, const char *path);
+/* e2b_envd.c: envd traffic for sandbox id (b NULL: unknown or dead: 502).
+ * Checks X-Access-Token itself (not for /health; /files may be signed). */
+void e2b_envd_route(struct evhttp_request *req, struct box *b, const char *id, int port,
+		    const char *path);
+
+#endif

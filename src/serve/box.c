@@ -211,6 +211,102 @@ json_t *box_json(const struct box *b)
 	return o;
 }
 
+static int save(struct box *b, struct moat_err *e);
+
+const json_t *box_door(const struct box *b, const char *door)
+{
+	return json_object_get(json_object_get(b->spec, "door"), door);
+}
+
+int box_set_door(struct box *b, const char *door, json_t *data)
+{
+	json_t *d = json_object_get(b->spec, "door");
+	if (!d) {
+		d = json_object();
+		if (!d || json_object_set_new(b->spec, "door", d) < 0)
+			return -1;
+	}
+	struct moat_err e = {0};
+	if (json_object_set(d, door, data) < 0 || save(b, &e) < 0)
+		return -1;
+	return 0;
+}
+
+int64_t box_created_at(const struct box *b)
+{
+	return b->created_at;
+}
+
+int64_t box_end_at(const struct box *b)
+{
+	int64_t end = json_integer_value(json_object_get(b->spec, "end_at"));
+	int64_t life = json_integer_value(json_object_get(b->spec, "timeout_s"));
+	return end > 0 ? end : life > 0 ? b->created_at + life : 0;
+}
+
+int box_set_end(struct box *b, int64_t end_unix)
+{
+	struct moat_err e = {0};
+	if (json_object_set_new(b->spec, "end_at", json_integer(end_unix)) < 0 || save(b, &e) < 0)
+		return -1;
+	return 0;
+}
+
+bool box_users(const struct box *b)
+{
+	return json_is_true(json_object_get(b->spec, "users"));
+}
+
+void box_limits(const struct box *b, uint64_t *memory, uint64_t *disk, uint64_t *cpu_milli)
+{
+	json_t *l = json_object_get(b->spec, "limits");
+	*memory = (uint64_t)json_integer_value(json_object_get(l, "memory"));
+	*disk = (uint64_t)json_integer_value(json_object_get(l, "disk"));
+	json_t *c = json_object_get(l, "cpus");
+	*cpu_milli = c ? (uint64_t)(json_number_value(c) * 1000 + 0.5) : 0;
+	if (!*memory)
+		*memory = cfg.default_memory;
+	if (!*cpu_milli)
+		*cpu_milli = cfg.default_cpu_milli;
+}
+
+/* One number from a cgroup file (v1 or v2), or -1. */
+static int64_t cg_read(const char *dir, const char *file, const char *key)
+{
+	char path[PATH_MAX], line[256];
+	snprintf(path, sizeof path, "%s/%s", dir, file);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return -1;
+	int64_t v = -1;
+	size_t kl = key ? strlen(key) : 0;
+	while (fgets(line, sizeof line, f)) {
+		if (key && (strncmp(line, key, kl) || line[kl] != ' '))
+			continue;
+		v = strtoll(line + (key ? kl + 1 : 0), NULL, 10);
+		break;
+	}
+	fclose(f);
+	return v;
+}
+
+void box_usage(const struct box *b, int64_t *cpu_usec, int64_t *mem_bytes)
+{
+	*cpu_usec = *mem_bytes = -1;
+	for (size_t i = 0; i < b->cgroups.n; i++) {
+		const char *d = b->cgroups.v[i];
+		int64_t v;
+		if (*cpu_usec < 0 && (v = cg_read(d, "cpu.stat", "usage_usec")) >= 0)
+			*cpu_usec = v;
+		if (*cpu_usec < 0 && (v = cg_read(d, "cpuacct.usage", NULL)) >= 0)
+			*cpu_usec = v / 1000; /* v1: nanoseconds */
+		if (*mem_bytes < 0 && (v = cg_read(d, "memory.current", NULL)) >= 0)
+			*mem_bytes = v;
+		if (*mem_bytes < 0 && (v = cg_read(d, "memory.usage_in_bytes", NULL)) >= 0)
+			*mem_bytes = v;
+	}
+}
+
 json_t *box_env(const struct box *b, json_t *extra)
 {
 	json_t *env = json_deep_copy(json_object_get(b->spec, "env"));
@@ -512,6 +608,10 @@ static json_t *spec_json(const struct box_spec *s)
 			      (json_int_t)s->timeout_s, "idle_timeout_s", (json_int_t)s->idle_timeout_s);
 	if (s->network)
 		json_object_set(o, "network", s->network);
+	if (s->users)
+		json_object_set_new(o, "users", json_true());
+	if (s->door && s->door_data)
+		json_object_set_new(o, "door", json_pack("{s:O}", s->door, s->door_data));
 	return o;
 }
 
@@ -1008,6 +1108,7 @@ static bool poolable(const struct box_spec *s)
 		if (quota_of(s, i) != cfg.quotas[i])
 			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
+	       !s->users &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 
@@ -1360,7 +1461,8 @@ static void on_reaper(evutil_socket_t fd, short what, void *arg)
 		struct box *b = boxes[i];
 		int64_t life = json_integer_value(json_object_get(b->spec, "timeout_s"));
 		int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
-		bool over = life > 0 && wall - b->created_at >= life;
+		int64_t end = json_integer_value(json_object_get(b->spec, "end_at"));
+		bool over = end > 0 ? wall >= end : life > 0 && wall - b->created_at >= life;
 		bool idle_out = idle > 0 && now - b->last_active >= idle * 1000;
 		if (over || (idle_out && !b->running)) {
 			box_delete(b);

@@ -47,6 +47,10 @@ struct core_config {
 };
 void core_init(const struct core_config *c);
 const struct core_config *core_config(void);
+/* The root filesystem directory of a --template NAME, or NULL. */
+const char *core_template(const char *name);
+/* The status of one of moat's API codes (500 for an unknown one). */
+int core_status_of(const char *code);
 
 struct core_op;
 /* The door's client went away: no callback runs after this. An exec or
@@ -111,7 +115,8 @@ struct core_exec_cbs {
 	/* out is stdout (or the pty), err stderr; either may be empty */
 	void (*output)(void *arg, const char *out, size_t olen, const char *err, size_t elen);
 	/* final: exactly one of these three */
-	void (*yielded)(void *arg, int64_t pid); /* still running at yield_ms */
+	void (*yielded)(void *arg, const struct core_exit *x); /* still running at yield_ms
+								* (pid and truncated set) */
 	void (*ended)(void *arg, const struct core_exit *x);
 	void (*failed)(void *arg, const struct core_err *e);
 };

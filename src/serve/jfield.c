@@ -1,0 +1,98 @@
+/* JSON body checks: see jfield.h. */
+#define _GNU_SOURCE
+#include "jfield.h"
+
+#include "../base/utf8.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <string.h>
+
+void cerr(struct core_err *e, int status, const char *code, const char *fmt, ...)
+{
+	if (!e)
+		return;
+	e->status = status;
+	snprintf(e->code, sizeof e->code, "%s", code);
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	va_end(ap);
+	/* a message quotes the client (a path, a key, cut at a byte count) */
+	moat_utf8_clean(e->msg);
+}
+
+/* Unknown keys are errors naming the key. */
+bool jf_only_keys(struct core_err *ce, json_t *o, const char *what,
+		      const char *const *keys)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(o, k, v)
+	{
+		bool known = false;
+		for (size_t i = 0; keys[i] && !known; i++)
+			known = !strcmp(k, keys[i]);
+		if (!known) {
+			cerr(ce, 400, "invalid_request", "%s: unknown field \"%.64s\"", what, k);
+			return false;
+		}
+	}
+	return true;
+}
+
+/* An optional non-negative integer field. */
+bool jf_int(struct core_err *ce, json_t *o, const char *key, int64_t max,
+		    int64_t *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_integer(v) || json_integer_value(v) < 0 || json_integer_value(v) > max) {
+		cerr(ce, 400, "invalid_request", "%s must be an integer from 0 to %lld", key,
+			   (long long)max);
+		return false;
+	}
+	*out = json_integer_value(v);
+	return true;
+}
+
+bool jf_bool(struct core_err *ce, json_t *o, const char *key, bool *out)
+{
+	json_t *v = json_object_get(o, key);
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_boolean(v)) {
+		cerr(ce, 400, "invalid_request", "%s must be true or false", key);
+		return false;
+	}
+	*out = json_is_true(v);
+	return true;
+}
+
+/* An object of strings (env, metadata); NULL key = allowed missing. */
+bool jf_string_map(struct core_err *ce, json_t *v, const char *what, bool env)
+{
+	if (!v || json_is_null(v))
+		return true;
+	if (!json_is_object(v)) {
+		cerr(ce, 400, "invalid_request", "%s must be an object of strings", what);
+		return false;
+	}
+	const char *k;
+	json_t *x;
+	json_object_foreach(v, k, x)
+	{
+		if (!json_is_string(x) || strlen(json_string_value(x)) != json_string_length(x)) {
+			cerr(ce, 400, "invalid_request", "%s.%.64s must be a string", what, k);
+			return false;
+		}
+		if (env && (!*k || strchr(k, '=') || strlen(k) > 256)) {
+			cerr(ce, 400, "invalid_request", "%s: bad variable name \"%.64s\"",
+				   what, k);
+			return false;
+		}
+	}
+	return true;
+}
+

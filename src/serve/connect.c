@@ -267,7 +267,7 @@ int connect_end_stream(struct moat_buf *out, enum connect_code code, const char 
 static json_t *message(const char *p, size_t len, const char *what, struct connect_err *e)
 {
 	json_error_t je;
-	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
+	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
 	if (!j) {
 		cerr(e, CONNECT_INVALID_ARGUMENT, "%s: invalid JSON at line %d column %d: %s", what,
 		     je.line, je.column, je.text);

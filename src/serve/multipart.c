@@ -64,8 +64,8 @@ static const char *token(struct cur *c, size_t *n)
 
 /* A parameter value: a quoted-string (backslash escapes undone, as httpx
  * writes a '\\'; undici leaves a '\\' bare, which only a path from Windows
- * would hold) or a bare
- * run up to ';' or white space (lenient: boundaries hold '/', ':', '=' ...).
+ * would hold) or a bare run up to ';' or white space (lenient: boundaries
+ * hold '/', ':', '=' ...).
  * malloc'd; NULL with *err = true when malformed. */
 static char *pvalue(struct cur *c, bool *err)
 {

@@ -423,6 +423,19 @@ int mp_parse(const char *body, size_t len, const char *boundary, size_t max_part
 		*pt = (struct mp_part){0};
 		/* headers: up to an empty line, within MP_HEADERS_MAX */
 		size_t h = next, lim = len - h < MP_HEADERS_MAX ? len - h : MP_HEADERS_MAX, hl;
+		/* RFC 2046 lets a part be nothing at all: the next delimiter's CRLF
+		 * right after this one's */
+		if (len - h >= dl && !memcmp(body + h, delim, dl)) {
+			size_t nx;
+			int k2 = after_delim(body, len, h + 2, dl - 2, &nx);
+			if (k2) {
+				pt->data = body + h;
+				pt->len = 0;
+				k = k2;
+				next = nx;
+				continue;
+			}
+		}
 		if (lim >= 2 && body[h] == '\r' && body[h + 1] == '\n') {
 			hl = 0; /* no headers */
 		} else {

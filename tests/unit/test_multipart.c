@@ -222,6 +222,15 @@ Test(multipart, empty_parts_and_framing)
 	mp_free(&ps);
 	free(c);
 
+	/* a part of nothing (no headers, no blank line) between two delimiters */
+	cr_assert_eq(mp_run("--X\r\n\r\n--X\r\n\r\nb\r\n--X--", 22, "X", 16, &ps, &c, &e), 0, "%s",
+		     e.msg);
+	cr_assert_eq(ps.n, 2);
+	mp_part_is(&ps.v[0], NULL, NULL, NULL, "", 0);
+	mp_part_is(&ps.v[1], NULL, NULL, NULL, "b", 1);
+	mp_free(&ps);
+	free(c);
+
 	/* only the close delimiter: no parts */
 	cr_assert_eq(mp_run("--X--\r\n", 7, "X", 16, &ps, &c, &e), 0);
 	cr_assert_eq(ps.n, 0);

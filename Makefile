@@ -154,6 +154,10 @@ FUZZ_LIBS_api      := -levent -ljansson -larchive
 # (to reach its per-connection state), so it needs no other source.
 FUZZ_SRC_http_guard := src/base/err.c
 FUZZ_LIBS_http_guard := -levent
+# The E2B door's codecs: Connect's JSON (envelopes, proto3 JSON) and multipart.
+FUZZ_SRC_connect   := src/serve/connect.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
+FUZZ_LIBS_connect  := -ljansson
+FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

@@ -78,7 +78,7 @@ json_t *connect_stream_request(const void *body, size_t len, struct connect_err 
 json_t *connect_error_json(enum connect_code c, const char *msg);
 
 /* Connect-Timeout-Ms: absent (NULL) -> 0 and *ms = 0; 1..10 digits -> 0;
- * otherwise -1. */
+ * otherwise -1. ("0" gives *ms = 0 too, as none: no SDK sends it.) */
 int connect_timeout_ms(const char *hdr, int64_t *ms);
 
 /* ---- proto3 JSON ---- */

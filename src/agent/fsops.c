@@ -385,8 +385,13 @@ static int set_meta(int fd, json_t *meta)
 	json_object_foreach(meta, k, v) {
 		char name[128];
 		snprintf(name, sizeof name, "%s%s", ENTRY_META_PREFIX, k);
-		if (fsetxattr(fd, name, json_string_value(v), json_string_length(v), 0) < 0)
+		if (fsetxattr(fd, name, json_string_value(v), json_string_length(v), 0) < 0) {
+			/* no room in the inode's xattr space (ext4: one block for
+			 * all of them) is the metadata's size, not a full disk */
+			if (errno == ENOSPC || errno == ERANGE)
+				errno = E2BIG;
 			return -1;
+		}
 	}
 	return 0;
 }
@@ -442,7 +447,8 @@ void fs_write(const struct agent_req *r, json_t *req, const void *data, size_t l
 				   "lacks; nothing was written",
 				   path, fs_kind(w.dir, kb, sizeof kb));
 		} else if (err == E2BIG || err == ERANGE) {
-			agent_fail(r, "too_large", "%s: metadata too large for the filesystem",
+			agent_fail(r, "too_large",
+				   "%s: metadata too large for this filesystem; nothing was written",
 				   path);
 		} else {
 			path_fail(r, path, err);
@@ -601,8 +607,8 @@ void fs_rename(const struct agent_req *r, json_t *req)
 		snprintf(msg, sizeof msg, "a path ending in a directory link or ..");
 	} else if (fstatat(a.dir, a.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
 		err = errno;
-	} else if (is_mask(&st)) {
-		err = ENOENT;
+	} else if (is_mask(&st)) { /* a protected name not there: as delete does */
+		code = "forbidden";
 	} else if (rename_protected(&a) || rename_protected(&b)) {
 		code = "forbidden";
 	} else if (renameat2(a.dir, a.name, b.dir, b.name, 0) < 0) {

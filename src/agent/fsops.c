@@ -534,7 +534,11 @@ void fs_mkdir(const struct agent_req *r, json_t *req)
 	}
 	if (!S_ISDIR(st.st_mode)) {
 		fsr_done(&w);
-		agent_fail(r, "invalid_path", "%s exists and is a %s, not a directory", path,
+		/* /v1 has always said conflict; the callers of the newer
+		 * contract (exist_ok/parents given) get invalid_path */
+		bool v1 = !json_object_get(req, "exist_ok") && !json_object_get(req, "parents");
+		agent_fail(r, v1 ? "conflict" : "invalid_path",
+			   "%s exists and is a %s, not a directory", path,
 			   S_ISLNK(st.st_mode) ? "symbolic link" : "file");
 		return;
 	}

@@ -306,8 +306,9 @@ def test_mkdir(sb):
     js, _ = sb.ok("mkdir", path="m4", parents=False, exist_ok=False)
     assert js["created"] is True
     sb.ok("write", b"x", path="file")
-    msg = sb.err("mkdir", "invalid_path", path="file")
+    msg = sb.err("mkdir", "invalid_path", path="file", exist_ok=True)
     assert "file" in msg
+    sb.err("mkdir", "conflict", path="file")  # /v1's answer, unchanged
     sb.err("mkdir", "invalid_path", path="/proc/x")
 
 

@@ -133,6 +133,7 @@ FUZZ_LIB     := src/gate/policy.c src/gate/addr.c src/gate/http_head.c \
 # Per target: its sources (FUZZ_LIB when none are named) and libraries.
 FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c src/base/walk.c
 FUZZ_SRC_frame     := src/proto/frame.c
+FUZZ_SRC_idnames   := src/agent/idnames.c src/base/utf8.c
 FUZZ_LIBS_frame    := -ljansson
 FUZZ_SRC_entries   := src/proto/entries.c $(FUZZ_BASE)
 FUZZ_SRC_patch     := src/patch/patch.c $(FUZZ_BASE)

@@ -4,6 +4,7 @@
  * sandbox's view). See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "idnames.h"
 #include "resolve.h"
 
 #include "../base/utf8.h"
@@ -23,11 +24,6 @@
 #define META_LIST_MAX 65536       /* bytes of an xattr name list */
 #define META_VALUE_MAX 4096
 
-struct idname {
-	unsigned id;
-	char name[33]; /* useradd's limit is 32 */
-};
-
 /* One of /etc/passwd, /etc/group: what it said when last read. */
 struct names {
 	const char *file;
@@ -38,6 +34,7 @@ struct names {
 	ino_t ino;
 	off_t size;
 	unsigned gen; /* the request it was checked for */
+	size_t last;  /* index of the last name found */
 };
 
 static struct names users = {.file = "/etc/passwd"}, groups = {.file = "/etc/group"};
@@ -80,35 +77,13 @@ static char *read_names_file(const char *path, struct stat *st, size_t *len)
 	return buf;
 }
 
-/* "name:x:id:..." lines; a bad line is skipped. */
-static void parse_names(struct names *t, char *buf, size_t len)
+static void parse_names(struct names *t, const char *buf, size_t len)
 {
 	free(t->v);
+	t->n = t->last = 0;
 	t->v = calloc(NAMES_MAX, sizeof *t->v);
-	t->n = 0;
-	if (!t->v)
-		return;
-	for (char *line = buf; line < buf + len && t->n < NAMES_MAX;) {
-		char *end = strchrnul(line, '\n');
-		char *next = *end ? end + 1 : end;
-		*end = '\0';
-		char *c1 = strchr(line, ':');
-		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-		if (c1 && c2 && c1 > line && (size_t)(c1 - line) < sizeof t->v[0].name) {
-			char *e;
-			errno = 0;
-			unsigned long id = strtoul(c2 + 1, &e, 10);
-			if (!errno && e != c2 + 1 && *e == ':' && id <= UINT_MAX) {
-				struct idname *d = &t->v[t->n];
-				d->id = (unsigned)id;
-				memcpy(d->name, line, (size_t)(c1 - line));
-				d->name[c1 - line] = '\0';
-				moat_utf8_clean(d->name);
-				t->n++;
-			}
-		}
-		line = next;
-	}
+	if (t->v)
+		t->n = idnames_parse(buf, len, t->v, NAMES_MAX);
 }
 
 /* Re-read once per request at most, and only when the file changed. */
@@ -140,9 +115,14 @@ static void names_refresh(struct names *t)
 static json_t *id_name(struct names *t, unsigned id)
 {
 	names_refresh(t);
+	/* a listing's entries mostly share one owner: the last hit first */
+	if (t->last < t->n && t->v[t->last].id == id)
+		return json_string(t->v[t->last].name);
 	for (size_t i = 0; i < t->n; i++)
-		if (t->v[i].id == id)
+		if (t->v[i].id == id) {
+			t->last = i;
 			return json_string(t->v[i].name);
+		}
 	char num[16];
 	snprintf(num, sizeof num, "%u", id);
 	return json_string(num);

@@ -757,9 +757,14 @@ static bool kernel_dir(const struct moat_walk_ent *en)
 	return k;
 }
 
+/* A listing's JSON must fit one frame (MOAT_FRAME_JSON_MAX, 1 MiB): past
+ * this many bytes of entries it is cut and said so (truncated). */
+#define LIST_JSON_BUDGET (960u << 10)
+
 struct lister {
 	const char *dir;
 	bool meta;
+	size_t bytes;
 	size_t depth;
 	json_t *out;
 	bool truncated;
@@ -777,7 +782,17 @@ static int list_one(enum moat_walk_event ev, const struct moat_walk_ent *en, voi
 	}
 	_cleanup_free_ char *p = moat_strdupf("%s/%s", strcmp(l->dir, "/") ? l->dir : "",
 					      en->path);
-	json_array_append_new(l->out, entry_json(en->dirfd, en->name, en->name, p, en->st, l->meta));
+	json_t *e = entry_json(en->dirfd, en->name, en->name, p, en->st, l->meta);
+	char *js = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	l->bytes += (js ? strlen(js) : 0) + 1;
+	free(js);
+	if (l->bytes > LIST_JSON_BUDGET) {
+		json_decref(e);
+		l->truncated = true;
+		errno = 0;
+		return -1;
+	}
+	json_array_append_new(l->out, e);
 	if (en->depth >= l->depth || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") ||
 	    kernel_dir(en))
 		return MOAT_WALK_SKIP;

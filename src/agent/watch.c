@@ -142,9 +142,40 @@ static json_t *event_entry(const struct watch *w, const char *name)
 	return o;
 }
 
+/* A name the agent itself makes for a moment (fsops.c tmp_name: a write's
+ * or a patch's temp file ".<name>.moat-<12 hex>", an archive's
+ * ".moat-stage-<hex>" / ".moat-trash-<hex>"): the watcher sees the write
+ * as the rename into place, not the temp file. */
+static bool agent_temp(const char *comp, size_t n)
+{
+	static const char *const tails[] = {".moat-", "moat-stage-", "moat-trash-"};
+	if (n < 13 || comp[0] != '.')
+		return false;
+	for (size_t i = n - 12; i < n; i++)
+		if (!strchr("0123456789abcdef", comp[i]) || !comp[i])
+			return false;
+	for (size_t k = 0; k < 3; k++) {
+		size_t tl = strlen(tails[k]);
+		if (n - 12 >= tl && !memcmp(comp + n - 12 - tl, tails[k], tl))
+			return true;
+	}
+	return false;
+}
+
+static bool hidden_name(const char *name)
+{
+	for (const char *c = name; *c;) {
+		const char *e = strchrnul(c, '/');
+		if (agent_temp(c, (size_t)(e - c)))
+			return true;
+		c = *e ? e + 1 : e;
+	}
+	return false;
+}
+
 static void push(struct watch *w, const char *name, const char *type)
 {
-	if (w->ended)
+	if (w->ended || (name && hidden_name(name)))
 		return;
 	if (w->qlen && name && w->q[w->qlen - 1].name && !strcmp(type, "write") &&
 	    !strcmp(w->q[w->qlen - 1].type, "write") && !strcmp(w->q[w->qlen - 1].name, name))

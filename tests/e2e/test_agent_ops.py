@@ -387,6 +387,17 @@ def test_list_non_utf8_name(sb):
     assert base64.b64decode(bad[0]["name_raw_b64"]) == b"caf\xe9"
 
 
+def test_big_listing_is_cut_not_refused(sb):
+    """Entries are bigger now (owner, group, ...): a listing that would not
+    fit one 1 MiB frame is cut and says so, instead of failing."""
+    js, out, err = sb.run("mkdir big && cd big && /usr/bin/python3 -c 'import os\n"
+                          "for i in range(4000): os.mknod(\"f%04d-%s\" % (i, \"x\" * 100))'",
+                          timeout_ms=120000)
+    assert js["exit_code"] == 0, (js, out, err)
+    js, _ = sb.ok("list", path="big")
+    assert js["truncated"] is True and 1000 < len(js["entries"]) < 4000, len(js["entries"])
+
+
 # ---- watch ------------------------------------------------------------------------------
 
 def events_until(a, wid, pred, timeout=10):
@@ -421,6 +432,15 @@ def test_watch_events_in_order(sb):
     sb.ok("unwatch", watch_id=wid)
     sb.err("watch_wait", "not_found", watch_id=wid, timeout_ms=10)
     sb.err("unwatch", "not_found", watch_id=wid)
+
+
+def test_watch_api_write_shows_no_temp_file(sb):
+    sb.sh("mkdir w")
+    wid = sb.ok("watch", path="w")[0]["watch_id"]
+    sb.ok("write", b"data", path="w/api.txt")
+    got = events_until(sb, wid, lambda g: any(e.get("name") == "api.txt" for e in g))
+    assert [e["name"] for e in got] and all(e["name"] == "api.txt" for e in got), got
+    assert ("api.txt", "create") in [(e["name"], e["type"]) for e in got], got
 
 
 def test_watch_include_entry(sb):

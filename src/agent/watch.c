@@ -31,6 +31,7 @@
 #define MAX_EVENTS 10000
 #define MAX_WDS 8192
 #define MAX_DEPTH 64
+#define SCAN_BUDGET 200000 /* entries looked at per added tree: the loop stays live */
 #define REPLY_EVENTS 1000           /* events per watch_wait answer */
 #define REPLY_BYTES (512u << 10)    /* about, of names and entries */
 #define WATCH_MASK                                                                        \
@@ -66,6 +67,7 @@ static struct wdent wds[MAX_WDS];
 static size_t nwds; /* slots of wds in use, high-water mark */
 static int ifd = -1;
 static int next_id = 1;
+static size_t scan_left; /* of the tree being added (add_tree) */
 
 static struct watch *find(int id)
 {
@@ -257,8 +259,17 @@ static int add_dir(int wi, int dfd, const char *rel, int depth, bool synth)
 	while (rc == 0 && (de = readdir(d))) {
 		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
 			continue;
-		struct stat st;
-		if (fstatat(lfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || fs_is_mask(&st))
+		if (!scan_left--) {
+			errno = ENOSPC;
+			rc = -1;
+			break;
+		}
+		bool maybe_dir = de->d_type == DT_DIR || de->d_type == DT_UNKNOWN;
+		if (!maybe_dir && !synth)
+			continue;
+		struct stat st = {.st_mode = S_IFREG};
+		if (maybe_dir &&
+		    (fstatat(lfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || fs_is_mask(&st)))
 			continue;
 		char *sub = join(rel, de->d_name);
 		if (!sub) {
@@ -413,6 +424,7 @@ void watch_start(const struct agent_req *r, json_t *req)
 			    .include_entry = json_is_true(json_object_get(req, "include_entry"))};
 	if (next_id > 1000000000)
 		next_id = 1;
+	scan_left = SCAN_BUDGET;
 	int rc = w->root ? add_dir(wi, fd, "", 0, false) : -1;
 	err = w->root ? errno : ENOMEM;
 	close(fd);
@@ -557,6 +569,7 @@ static void one_event(const struct inotify_event *ev)
 							 O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 					fsr_done(&at);
 					if (sfd >= 0) {
+						scan_left = SCAN_BUDGET;
 						if (add_dir(wds[i].watch, sfd, name, 1, true) < 0 &&
 						    errno == ENOSPC)
 							push(w, NULL, "overflow");

@@ -476,6 +476,27 @@ def test_watch_recursive_with_later_dirs(sb):
     assert "top" in names and "new/c" not in names, got
 
 
+def test_watch_queue_bounded_with_overflow(sb):
+    sb.sh("mkdir w && touch w/f w/g")
+    wid = sb.ok("watch", path="w")[0]["watch_id"]
+    # two names in turn: inotify merges an event with an identical last one
+    sb.sh("/usr/bin/python3 -c 'import os\n"
+          "for i in range(12000): os.chmod(\"w/\" + \"fg\"[i % 2], 0o644)'")
+    got = []
+    while True:
+        js, _ = sb.ok("watch_wait", watch_id=wid, timeout_ms=1000)
+        assert len(js["events"]) <= 1000
+        if not js["events"]:
+            break
+        got += js["events"]
+    assert len(got) == 10001, len(got)
+    assert got[-1] == {"type": "overflow"} and all(e["type"] == "chmod" for e in got[:-1])
+    # after the queue was taken, events are queued again
+    sb.sh("chmod 644 w/f")
+    js, _ = sb.ok("watch_wait", watch_id=wid, timeout_ms=3000)
+    assert js["events"] == [{"name": "f", "type": "chmod"}], js
+
+
 def test_watch_errors_and_limits(sb):
     sb.err("watch", "not_found", path="missing")
     sb.ok("write", b"x", path="afile")

@@ -68,7 +68,7 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -O2 -g -static -o $@ $(AGENT_SRC) $(PROTO_SRC) -ljansson
 
 # (the agent's path resolver is pure libc: tested on the host)
-UNIT_AGENT := src/agent/resolve.c
+UNIT_AGENT := src/agent/resolve.c src/agent/idnames.c
 $(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \

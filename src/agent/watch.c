@@ -33,7 +33,7 @@
 #define MAX_DEPTH 64
 #define SCAN_BUDGET 200000 /* entries looked at per added tree: the loop stays live */
 #define REPLY_EVENTS 1000           /* events per watch_wait answer */
-#define REPLY_BYTES (512u << 10)    /* about, of names and entries */
+#define REPLY_BYTES (512u << 10)    /* of JSON (a frame holds 1 MiB) */
 #define WATCH_MASK                                                                        \
 	(IN_CREATE | IN_MOVED_TO | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_ATTRIB |      \
 	 IN_DELETE_SELF | IN_MOVE_SELF | IN_ONLYDIR | IN_DONT_FOLLOW | IN_EXCL_UNLINK)
@@ -334,16 +334,16 @@ static void answer(struct watch *w)
 	for (; k < w->qlen && k < REPLY_EVENTS && bytes < REPLY_BYTES; k++) {
 		struct wev *e = &w->q[k];
 		json_t *o = json_pack("{s:s}", "type", e->type);
-		if (e->name) {
+		if (e->name)
 			json_object_set_new(o, "name", entry_string(e->name));
-			bytes += strlen(e->name) + 64;
-		}
 		if (e->entry) {
 			json_object_set_new(o, "entry", e->entry);
 			e->entry = NULL;
-			bytes += 512;
 		}
 		free(e->name);
+		char *js = json_dumps(o, JSON_COMPACT); /* the reply must fit one frame */
+		bytes += (js ? strlen(js) : 0) + 1;
+		free(js);
 		json_array_append_new(a, o);
 	}
 	memmove(w->q, w->q + k, (w->qlen - k) * sizeof *w->q);

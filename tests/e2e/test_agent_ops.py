@@ -343,6 +343,30 @@ def test_write_metadata_and_stat(sb):
         assert js["entry"]["metadata"] == {"k": "v" * 4096}
 
 
+def test_write_metadata_on_tmpfs_workspace(srv):
+    """limits.disk makes the workspace a tmpfs (user xattrs since 6.6)."""
+    r = srv.post("/v1/sandboxes", {"limits": {"disk": "8M"}})
+    assert r.status == 201, r
+    sid = r.json()["id"]
+    srv.agent_pid(sid)
+    a = Agent(srv.sbdir(sid) / "ctl.sock")
+    try:
+        meta = {"k": "v" * 4096, "n": "1"}
+        js, _ = a.call("write", b"t", path="t.txt", metadata=meta)
+        if "error" in js:  # an older kernel's tmpfs: refused, nothing written
+            assert js["error"]["code"] == "invalid_request", js
+            assert "extended attributes" in js["error"]["message"], js
+            a.err("stat", "not_found", path="t.txt")
+            names = [e["name"] for e in a.ok("list", path=".")[0]["entries"]]
+            assert not [n for n in names if "moat-" in n or n == "t.txt"], names
+        else:
+            assert js["entry"]["metadata"] == meta, js
+            assert a.ok("stat", path="t.txt", metadata=True)[0]["entry"]["metadata"] == meta
+    finally:
+        a.close()
+        quiet_delete(srv, sid)
+
+
 def test_entry_fields(sb):
     sb.sh("echo hi > f; ln -s f lnk; mkdir d")
     js, _ = sb.ok("stat", path="f")

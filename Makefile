@@ -68,7 +68,7 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -O2 -g -static -o $@ $(AGENT_SRC) $(PROTO_SRC) -ljansson
 
 # (the agent's path resolver is pure libc: tested on the host)
-UNIT_AGENT := src/agent/resolve.c
+UNIT_AGENT := src/agent/resolve.c src/agent/idnames.c
 $(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
@@ -133,6 +133,7 @@ FUZZ_LIB     := src/gate/policy.c src/gate/addr.c src/gate/http_head.c \
 # Per target: its sources (FUZZ_LIB when none are named) and libraries.
 FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c src/base/walk.c
 FUZZ_SRC_frame     := src/proto/frame.c
+FUZZ_SRC_idnames   := src/agent/idnames.c src/base/utf8.c
 FUZZ_LIBS_frame    := -ljansson
 FUZZ_SRC_entries   := src/proto/entries.c $(FUZZ_BASE)
 FUZZ_SRC_patch     := src/patch/patch.c $(FUZZ_BASE)

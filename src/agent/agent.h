@@ -17,6 +17,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <sys/stat.h>
 #include <sys/types.h>
 
 struct agent_conn;
@@ -39,12 +40,24 @@ bool agent_conn_alive(const struct agent_conn *c);
 
 int64_t agent_now_ms(void);
 
+/* ---- identity (main.c) ---- */
+/* The sandbox runs in users mode (a root and a default user): learnt once
+ * at start from MOAT_AGENT_USERS in the agent's environment; false by
+ * default. */
+bool agent_users_mode(void);
+/* The request's "user" ("root" | "user", absent = the default user) is one
+ * this sandbox has; else answers (forbidden / invalid_request), false. */
+bool agent_user_ok(const struct agent_req *r, json_t *req);
+
 /* ---- processes (proc.c) ---- */
 void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t len);
 void proc_wait(const struct agent_req *r, json_t *req);
 void proc_stdin(const struct agent_req *r, json_t *req, const void *data, size_t len);
 void proc_signal(const struct agent_req *r, json_t *req);
 void proc_list(const struct agent_req *r);
+/* {process_id, cols, rows}: TIOCSWINSZ on the process's terminal (the
+ * kernel sends SIGWINCH to its foreground group). */
+void proc_resize(const struct agent_req *r, json_t *req);
 /* The daemon's request `call` lost its client: kill its process, forget it. */
 void proc_cancel(const struct agent_req *r, json_t *req);
 /* Poll set: fill fds of running processes; returns how many were added. */
@@ -70,7 +83,48 @@ void fs_stat(const struct agent_req *r, json_t *req);
 void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t len);
 void fs_pack(const struct agent_req *r, json_t *req);
 void fs_unpack(const struct agent_req *r, json_t *req, const void *data, size_t len);
+/* {src, dst} -> {"entry"}: rename(2), both sides resolved, protected
+ * names refused. */
+void fs_rename(const struct agent_req *r, json_t *req);
 /* Learn what a mask looks like (placeholders are left out of listings). */
 void fs_init(void);
+/* The request's path under `key` (relative: to /workspace), absolute and
+ * lexically normalised, not under /proc, /sys, /dev; false after
+ * answering invalid_path. */
+bool fs_path(const struct agent_req *r, json_t *req, const char *key, char *out, size_t cap);
+/* A mask or placeholder of the engine (hidden from listings and stat). */
+bool fs_is_mask(const struct stat *st);
+
+/* ---- entries (entry.c) ---- */
+/* A new request: owner and group names are re-read (if /etc/passwd or
+ * /etc/group changed) before the next entry that needs them. */
+void entry_new_request(void);
+/* The JSON entry of name (in the directory dir, not followed) whose lstat
+ * is st, shown as `shown` at `path`: name, path, type, size, mode, mtime,
+ * mtime_ns, uid, gid, owner, group, symlink_target (a symlink), metadata
+ * (with_meta: the user.moat.* xattrs). A name or path that is not UTF-8 is
+ * shown with U+FFFD for its bad bytes and the raw name in name_raw_b64.
+ * dir may be -1 (no link target, no metadata). NULL only without memory. */
+json_t *entry_make(int dir, const char *name, const char *shown, const char *path,
+		   const struct stat *st, bool with_meta);
+/* s as a JSON string, bytes that are not UTF-8 as U+FFFD. */
+json_t *entry_string(const char *s);
+/* The xattr prefix of file metadata. */
+#define ENTRY_META_PREFIX "user.moat."
+
+/* ---- directory watches (watch.c) ---- */
+void watch_start(const struct agent_req *r, json_t *req);
+void watch_wait(const struct agent_req *r, json_t *req);
+void watch_stop(const struct agent_req *r, json_t *req);
+/* A cancel of call id `call`: its pending watch_wait is dropped (no answer). */
+void watch_cancel(const struct agent_conn *c, json_int_t call);
+/* A closed connection: its pending waits go, and its watches. */
+void watch_conn_gone(const struct agent_conn *c);
+/* Poll set: the inotify descriptor, if any (0 or 1 added). */
+size_t watch_pollfds(struct pollfd *pfd, size_t cap);
+void watch_events(const struct pollfd *pfd, size_t n);
+/* ms until the next watch_wait deadline, -1 if none. */
+int watch_next_timeout(void);
+void watch_timers(void);
 
 #endif

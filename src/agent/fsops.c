@@ -28,6 +28,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 #define WORKSPACE "/workspace"
@@ -55,6 +56,13 @@ void fs_init(void)
 /* Masks and placeholders are the engine's empty, mode-000 file and
  * directory; the sandbox's /tmp and home live on the same filesystem, so
  * the device alone does not tell. */
+static bool is_mask(const struct stat *st);
+
+bool fs_is_mask(const struct stat *st)
+{
+	return is_mask(st);
+}
+
 static bool is_mask(const struct stat *st)
 {
 	if (!have_mask_dev || st->st_dev != mask_dev || (st->st_mode & 07777) != 0)
@@ -119,6 +127,11 @@ static bool resolve(const struct agent_req *r, json_t *req, const char *key, cha
 	return true;
 }
 
+bool fs_path(const struct agent_req *r, json_t *req, const char *key, char *out, size_t cap)
+{
+	return resolve(r, req, key, out, cap);
+}
+
 /* After open: still not a kernel filesystem (a symlink may point there). */
 static bool plain_fs(int fd)
 {
@@ -149,16 +162,11 @@ static bool walk(const struct agent_req *r, const char *path, int flags, struct 
 	return false;
 }
 
-static const char *type_name(mode_t m)
+/* See entry_make (entry.c): leaf is the name inside dir. */
+static json_t *entry_json(int dir, const char *leaf, const char *name, const char *path,
+			  const struct stat *st, bool meta)
 {
-	return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "symlink" : "other";
-}
-
-static json_t *entry_json(const char *name, const char *path, const struct stat *st)
-{
-	return json_pack("{s:s,s:s,s:s,s:I,s:i,s:I}", "name", name, "path", path, "type",
-			 type_name(st->st_mode), "size", (json_int_t)st->st_size, "mode",
-			 (int)(st->st_mode & 07777), "mtime", (json_int_t)st->st_mtime);
+	return entry_make(dir, leaf, name, path, st, meta);
 }
 
 /* Open a regular file for reading; answers the error itself. */
@@ -249,8 +257,21 @@ static int tmp_name(char *out, size_t cap, const char *prefix, const char *name)
  * existing file's mode; a symlink there is replaced, not followed. The
  * temp file (in dir) is left for the caller to rename when tmp is given
  * (all-or-nothing patches). */
+static int set_meta(int fd, json_t *meta);
+
+static int write_file_meta(int dir, const char *name, const void *data, size_t len,
+			   mode_t mode, char *tmp, size_t tmpcap, json_t *meta);
+
 static int write_file(int dir, const char *name, const void *data, size_t len, mode_t mode,
 		      char *tmp, size_t tmpcap)
+{
+	return write_file_meta(dir, name, data, len, mode, tmp, tmpcap, NULL);
+}
+
+/* write_file, and the temp file gets meta's xattrs before it is renamed
+ * into place (a file is never shown without the metadata it was given). */
+static int write_file_meta(int dir, const char *name, const void *data, size_t len,
+			   mode_t mode, char *tmp, size_t tmpcap, json_t *meta)
 {
 	char local[NAME_MAX + 1];
 	char *t = tmp ? tmp : local;
@@ -298,6 +319,13 @@ static int write_file(int dir, const char *name, const void *data, size_t len, m
 		p += n;
 		left -= (size_t)n;
 	}
+	if (meta && set_meta(fd, meta) < 0) {
+		int err = errno;
+		close(fd);
+		unlinkat(dir, t, 0);
+		errno = err;
+		return -1;
+	}
 	if (fchmod(fd, mode) < 0 || close(fd) < 0) {
 		int err = errno;
 		unlinkat(dir, t, 0);
@@ -313,6 +341,84 @@ static int write_file(int dir, const char *name, const void *data, size_t len, m
 	return 0;
 }
 
+#define META_KEYS_MAX 64
+#define META_VALUE_MAX 4096
+
+/* "metadata": {k: v}, keys [A-Za-z0-9_.-]{1,64}, string values of at most
+ * 4 KiB without NUL; answers invalid_request. */
+static bool meta_valid(const struct agent_req *r, json_t *meta)
+{
+	if (!meta)
+		return true;
+	if (!json_is_object(meta) || json_object_size(meta) > META_KEYS_MAX) {
+		agent_fail(r, "invalid_request",
+			   "metadata must be an object of at most %d string values", META_KEYS_MAX);
+		return false;
+	}
+	const char *k;
+	json_t *v;
+	json_object_foreach(meta, k, v) {
+		size_t kl = strlen(k);
+		bool ok = kl >= 1 && kl <= 64 && kl == strspn(k, "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+								"abcdefghijklmnopqrstuvwxyz"
+								"0123456789_.-");
+		if (!ok) {
+			agent_fail(r, "invalid_request",
+				   "metadata key %.80s: 1 to 64 of A-Z a-z 0-9 _ . -", k);
+			return false;
+		}
+		if (!json_is_string(v) || json_string_length(v) > META_VALUE_MAX ||
+		    strlen(json_string_value(v)) != json_string_length(v)) {
+			agent_fail(r, "invalid_request",
+				   "metadata %s: a string of at most %d bytes without NUL", k,
+				   META_VALUE_MAX);
+			return false;
+		}
+	}
+	return true;
+}
+
+static int set_meta(int fd, json_t *meta)
+{
+	const char *k;
+	json_t *v;
+	json_object_foreach(meta, k, v) {
+		char name[128];
+		snprintf(name, sizeof name, "%s%s", ENTRY_META_PREFIX, k);
+		if (fsetxattr(fd, name, json_string_value(v), json_string_length(v), 0) < 0) {
+			/* no room in the inode's xattr space (ext4: one block for
+			 * all of them) is the metadata's size, not a full disk */
+			if (errno == ENOSPC || errno == ERANGE)
+				errno = E2BIG;
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* The filesystem of fd, for a message. */
+static const char *fs_kind(int fd, char *buf, size_t cap)
+{
+	struct statfs sf;
+	if (fstatfs(fd, &sf) < 0)
+		return "this filesystem";
+	switch ((unsigned long)sf.f_type) {
+	case TMPFS_MAGIC:
+		return "tmpfs";
+	case OVERLAYFS_SUPER_MAGIC:
+		return "overlayfs";
+	case EXT4_SUPER_MAGIC:
+		return "ext4";
+	case BTRFS_SUPER_MAGIC:
+		return "btrfs";
+	case XFS_SUPER_MAGIC:
+		return "xfs";
+	default:
+		snprintf(buf, cap, "the filesystem of type 0x%lx", (unsigned long)sf.f_type);
+		return buf;
+	}
+}
+
 void fs_write(const struct agent_req *r, json_t *req, const void *data, size_t len)
 {
 	char path[PATH_MAX];
@@ -322,17 +428,45 @@ void fs_write(const struct agent_req *r, json_t *req, const void *data, size_t l
 		agent_fail(r, "is_directory", "%s is a directory", path);
 		return;
 	}
+	json_t *meta = json_object_get(req, "metadata");
+	if (json_is_null(meta))
+		meta = NULL;
+	if (!meta_valid(r, meta))
+		return;
 	struct fsr w;
 	if (!walk(r, path, FSR_MKDIRS, &w))
 		return;
-	int rc = write_file(w.dir, w.name, data, len, 0644, NULL, 0);
+	int rc = write_file_meta(w.dir, w.name, data, len, 0644, NULL, 0,
+				 meta && json_object_size(meta) ? meta : NULL);
 	int err = errno;
-	fsr_done(&w);
 	if (rc < 0) {
+		if (err == ENOTSUP) {
+			char kb[64];
+			agent_fail(r, "invalid_request",
+				   "%s: file metadata needs user extended attributes, which %s "
+				   "lacks; nothing was written",
+				   path, fs_kind(w.dir, kb, sizeof kb));
+		} else if (err == E2BIG || err == ERANGE) {
+			agent_fail(r, "too_large",
+				   "%s: metadata too large for this filesystem; nothing was written",
+				   path);
+		} else {
+			path_fail(r, path, err);
+		}
+		fsr_done(&w);
+		return;
+	}
+	struct stat st;
+	if (fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		err = errno;
+		fsr_done(&w);
 		path_fail(r, path, err);
 		return;
 	}
-	agent_reply(r, json_object(), NULL, 0);
+	const char *base = strrchr(path, '/') + 1;
+	json_t *o = entry_json(w.dir, w.name, base, path, &st, meta != NULL);
+	fsr_done(&w);
+	agent_reply(r, json_pack("{s:o}", "entry", o), NULL, 0);
 }
 
 /* mkdir -p of path; the leaf left open as *dirfd when asked for. */
@@ -364,14 +498,159 @@ static int make_dirs(const struct agent_req *r, const char *path, int *dirfd)
 	return 0;
 }
 
+/* {path, exist_ok (default true), parents (default true)} ->
+ * {"created", "entry"}. */
 void fs_mkdir(const struct agent_req *r, json_t *req)
 {
 	char path[PATH_MAX];
 	if (!resolve(r, req, "path", path, sizeof path))
 		return;
-	if (make_dirs(r, path, NULL) < 0)
+	bool exist_ok = !json_is_false(json_object_get(req, "exist_ok"));
+	bool parents = !json_is_false(json_object_get(req, "parents"));
+	struct fsr w;
+	if (!walk(r, path, FSR_FOLLOW | (parents ? FSR_MKDIRS : 0), &w))
 		return;
-	agent_reply(r, json_object(), NULL, 0);
+	bool created = false;
+	struct stat st;
+	int rc = fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW);
+	if (rc < 0 && errno == ENOENT) {
+		rc = mkdirat(w.dir, w.name, 0755);
+		created = rc == 0;
+		if (rc < 0 && errno == EEXIST) /* made meanwhile */
+			rc = 0;
+		if (rc == 0)
+			rc = fstatat(w.dir, w.name, &st, AT_SYMLINK_NOFOLLOW);
+	}
+	int err = errno;
+	if (rc < 0) {
+		fsr_done(&w);
+		path_fail(r, path, err);
+		return;
+	}
+	if (is_mask(&st)) {
+		fsr_done(&w);
+		agent_fail(r, "forbidden", "%s is protected by the sandbox policy", path);
+		return;
+	}
+	if (!S_ISDIR(st.st_mode)) {
+		fsr_done(&w);
+		/* /v1 has always said conflict; the callers of the newer
+		 * contract (exist_ok/parents given) get invalid_path */
+		bool v1 = !json_object_get(req, "exist_ok") && !json_object_get(req, "parents");
+		agent_fail(r, v1 ? "conflict" : "invalid_path",
+			   "%s exists and is a %s, not a directory", path,
+			   S_ISLNK(st.st_mode) ? "symbolic link" : "file");
+		return;
+	}
+	int fd = openat(w.dir, w.name, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	bool refused = fd < 0 || !plain_fs(fd);
+	if (fd >= 0)
+		close(fd);
+	if (refused) {
+		fsr_done(&w);
+		path_fail(r, path, EXDEV);
+		return;
+	}
+	if (!created && !exist_ok) {
+		fsr_done(&w);
+		agent_fail(r, "already_exists", "%s already exists", path);
+		return;
+	}
+	const char *base = strrchr(path, '/') + 1;
+	json_t *o = entry_json(w.dir, w.name, *base ? base : "/", path, &st, false);
+	fsr_done(&w);
+	agent_reply(r, json_pack("{s:b,s:o}", "created", created, "entry", o), NULL, 0);
+}
+
+static bool mount_point(int dir, const char *name);
+
+/* A name the engine protects, as a rename's source or destination: a mask
+ * or placeholder, on a read-only mount, a mount point (the protected names
+ * and the directories pinned on the way to them), or (missing) in a
+ * read-only directory. */
+static bool rename_protected(const struct fsr *at)
+{
+	struct stat st;
+	if (fsr_readonly(at->dir))
+		return true;
+	if (fstatat(at->dir, at->name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return false; /* missing: made in a writable directory */
+	if (is_mask(&st) || mount_point(at->dir, at->name))
+		return true;
+	int fd = openat(at->dir, at->name, O_PATH | O_NOFOLLOW | O_CLOEXEC);
+	bool ro = fd < 0 || fsr_readonly(fd);
+	if (fd >= 0)
+		close(fd);
+	return ro;
+}
+
+void fs_rename(const struct agent_req *r, json_t *req)
+{
+	char src[PATH_MAX], dst[PATH_MAX];
+	if (!resolve(r, req, "src", src, sizeof src) || !resolve(r, req, "dst", dst, sizeof dst))
+		return;
+	static const char *const fixed[] = {"/", WORKSPACE};
+	for (int i = 0; i < 2; i++)
+		if (!strcmp(src, fixed[i]) || !strcmp(dst, fixed[i])) {
+			agent_fail(r, "invalid_path", "refusing to rename %s", fixed[i]);
+			return;
+		}
+	struct fsr a, b = {.dir = -1};
+	if (!walk(r, src, 0, &a))
+		return;
+	if (!walk(r, dst, 0, &b)) {
+		fsr_done(&a);
+		return;
+	}
+	struct stat st;
+	const char *code = NULL;
+	char msg[64] = "";
+	int err = 0;
+	if (!strcmp(a.name, ".") || !strcmp(b.name, ".")) {
+		code = "invalid_path";
+		snprintf(msg, sizeof msg, "a path ending in a directory link or ..");
+	} else if (fstatat(a.dir, a.name, &st, AT_SYMLINK_NOFOLLOW) < 0) {
+		err = errno;
+	} else if (is_mask(&st)) { /* a protected name not there: as delete does */
+		code = "forbidden";
+	} else if (rename_protected(&a) || rename_protected(&b)) {
+		code = "forbidden";
+	} else if (renameat2(a.dir, a.name, b.dir, b.name, 0) < 0) {
+		err = errno;
+	}
+	if (code || err) {
+		fsr_done(&a);
+		fsr_done(&b);
+		if (code && !strcmp(code, "forbidden"))
+			agent_fail(r, code, "%s -> %s: protected by the sandbox policy", src, dst);
+		else if (code)
+			agent_fail(r, code, "%s -> %s: %s", src, dst, msg);
+		else if (err == EXDEV)
+			agent_fail(r, "invalid_request", "%s -> %s: on different filesystems", src,
+				   dst);
+		else if (err == EEXIST || err == ENOTEMPTY)
+			agent_fail(r, "conflict", "%s is a non-empty directory", dst);
+		else if (err == EISDIR || err == ENOTDIR)
+			agent_fail(r, "conflict", "%s -> %s: %s", src, dst, strerror(err));
+		else if (err == EINVAL)
+			agent_fail(r, "invalid_path", "%s -> %s: a directory into itself", src, dst);
+		else
+			path_fail(r, err == ENOENT ? src : dst, err);
+		return;
+	}
+	int rc = fstatat(b.dir, b.name, &st, AT_SYMLINK_NOFOLLOW);
+	err = errno;
+	if (rc < 0) {
+		fsr_done(&a);
+		fsr_done(&b);
+		path_fail(r, dst, err);
+		return;
+	}
+	const char *base = strrchr(dst, '/') + 1;
+	json_t *o = entry_json(b.dir, b.name, base, dst, &st, false);
+	fsr_done(&a);
+	fsr_done(&b);
+	agent_reply(r, json_pack("{s:o}", "entry", o), NULL, 0);
 }
 
 /* rm -r, not following symlinks, staying on one filesystem (a mount
@@ -451,7 +730,8 @@ void fs_stat(const struct agent_req *r, json_t *req)
 		return;
 	}
 	const char *base = strrchr(path, '/') + 1;
-	json_t *o = entry_json(*base ? base : "/", path, &st);
+	json_t *o = entry_json(w.dir, w.name, *base ? base : "/", path, &st,
+			       json_is_true(json_object_get(req, "metadata")));
 	if (S_ISLNK(st.st_mode)) {
 		char t[PATH_MAX];
 		ssize_t n = readlinkat(w.dir, w.name, t, sizeof t - 1);
@@ -477,8 +757,14 @@ static bool kernel_dir(const struct moat_walk_ent *en)
 	return k;
 }
 
+/* A listing's JSON must fit one frame (MOAT_FRAME_JSON_MAX, 1 MiB): past
+ * this many bytes of entries it is cut and said so (truncated). */
+#define LIST_JSON_BUDGET (960u << 10)
+
 struct lister {
 	const char *dir;
+	bool meta;
+	size_t bytes;
 	size_t depth;
 	json_t *out;
 	bool truncated;
@@ -496,7 +782,17 @@ static int list_one(enum moat_walk_event ev, const struct moat_walk_ent *en, voi
 	}
 	_cleanup_free_ char *p = moat_strdupf("%s/%s", strcmp(l->dir, "/") ? l->dir : "",
 					      en->path);
-	json_array_append_new(l->out, entry_json(en->name, p, en->st));
+	json_t *e = entry_json(en->dirfd, en->name, en->name, p, en->st, l->meta);
+	char *js = e ? json_dumps(e, JSON_COMPACT) : NULL;
+	l->bytes += (js ? strlen(js) : 0) + 1;
+	free(js);
+	if (l->bytes > LIST_JSON_BUDGET) {
+		json_decref(e);
+		l->truncated = true;
+		errno = 0;
+		return -1;
+	}
+	json_array_append_new(l->out, e);
 	if (en->depth >= l->depth || under(p, "/proc") || under(p, "/sys") || under(p, "/dev") ||
 	    kernel_dir(en))
 		return MOAT_WALK_SKIP;
@@ -505,9 +801,10 @@ static int list_one(enum moat_walk_event ev, const struct moat_walk_ent *en, voi
 
 /* Entries down to depth; what cannot be read (an unreadable directory)
  * is left out and said so in truncated. */
-static void list_dir(const char *dir, int dfd, size_t depth, json_t *out, bool *truncated)
+static void list_dir(const char *dir, int dfd, size_t depth, json_t *out, bool *truncated,
+		     bool meta)
 {
-	struct lister l = {.dir = dir, .depth = depth, .out = out};
+	struct lister l = {.dir = dir, .meta = meta, .depth = depth, .out = out};
 	struct moat_walk_opt o = {.flags = MOAT_WALK_KEEP_GOING | MOAT_WALK_CROSS_MOUNTS,
 				  .fn = list_one, .arg = &l};
 	if (moat_walk(dfd, &o, NULL) < 0)
@@ -545,7 +842,8 @@ void fs_list(const struct agent_req *r, json_t *req)
 	}
 	json_t *a = json_array();
 	bool truncated = false;
-	list_dir(path, fd, (size_t)depth, a, &truncated);
+	list_dir(path, fd, (size_t)depth, a, &truncated,
+		 json_is_true(json_object_get(req, "metadata")));
 	close(fd);
 	agent_reply(r, json_pack("{s:o,s:b}", "entries", a, "truncated", truncated), NULL, 0);
 }

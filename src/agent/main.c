@@ -94,6 +94,7 @@ static void conn_close(struct agent_conn *c)
 	c->rbuf = c->wbuf = NULL;
 	c->rlen = c->rcap = c->wlen = c->wcap = c->woff = 0;
 	proc_conn_gone(c);
+	watch_conn_gone(c);
 }
 
 static int wbuf_add(struct agent_conn *c, const void *p, size_t n)
@@ -208,6 +209,41 @@ const char *agent_errno_code(int err)
 	}
 }
 
+static bool users_mode;
+
+bool agent_users_mode(void)
+{
+	return users_mode;
+}
+
+bool agent_user_ok(const struct agent_req *r, json_t *req)
+{
+	json_t *v = json_object_get(req, "user");
+	const char *u = json_string_value(v);
+	if (!v || (u && !strcmp(u, "user")))
+		return true;
+	if (u && !strcmp(u, "root")) {
+		if (agent_users_mode())
+			return true;
+		agent_fail(r, "forbidden", "this sandbox has no root user");
+		return false;
+	}
+	agent_fail(r, "invalid_request", "user must be \"root\" or \"user\"");
+	return false;
+}
+
+/* The ops that act as a user of the sandbox ("user" in the request). */
+static bool acts_as_user(const char *op)
+{
+	static const char *const ops[] = {"exec", "read",   "write", "delete", "mkdir",
+					  "list", "stat",   "rename", "watch", "patch",
+					  "pack", "unpack"};
+	for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
+		if (!strcmp(op, ops[i]))
+			return true;
+	return false;
+}
+
 /* f->msg stays the caller's. */
 static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 {
@@ -221,6 +257,9 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 		agent_fail(&r, "invalid_request", "malformed request");
 		return;
 	}
+	if (acts_as_user(op) && !agent_user_ok(&r, req))
+		return;
+	entry_new_request();
 	if (!strcmp(op, "exec"))
 		proc_exec(&r, req, data, dl);
 	else if (!strcmp(op, "wait"))
@@ -229,8 +268,19 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 		proc_stdin(&r, req, data, dl);
 	else if (!strcmp(op, "signal"))
 		proc_signal(&r, req);
-	else if (!strcmp(op, "cancel"))
+	else if (!strcmp(op, "cancel")) {
+		watch_cancel(c, json_integer_value(json_object_get(req, "call")));
 		proc_cancel(&r, req);
+	} else if (!strcmp(op, "resize"))
+		proc_resize(&r, req);
+	else if (!strcmp(op, "rename"))
+		fs_rename(&r, req);
+	else if (!strcmp(op, "watch"))
+		watch_start(&r, req);
+	else if (!strcmp(op, "watch_wait"))
+		watch_wait(&r, req);
+	else if (!strcmp(op, "unwatch"))
+		watch_stop(&r, req);
 	else if (!strcmp(op, "ps"))
 		proc_list(&r);
 	else if (!strcmp(op, "read"))
@@ -334,6 +384,9 @@ int main(void)
 			gate_fds[i] = 4 + i;
 			fcntl(4 + i, F_SETFD, FD_CLOEXEC);
 		}
+	/* users mode is the engine's to say, once, before any request */
+	const char *um = getenv("MOAT_AGENT_USERS");
+	users_mode = um && !strcmp(um, "1");
 	fs_init();
 	/* jansson seeds its hash tables from /dev/urandom on first use: do it
 	 * now, before any request waits for it (a pool's sandbox starts long
@@ -348,9 +401,12 @@ int main(void)
 			pfd[n++] = (struct pollfd){
 				.fd = conns[i].fd,
 				.events = POLLIN | (conns[i].wlen > conns[i].woff ? POLLOUT : 0)};
+		size_t wbase = n;
+		n += watch_pollfds(pfd + n, MAX_POLL - n);
 		size_t base = n;
 		n += proc_pollfds(pfd + n, MAX_POLL - n);
-		int r = poll(pfd, n, proc_next_timeout());
+		int pt = proc_next_timeout(), wt = watch_next_timeout();
+		int r = poll(pfd, n, pt < 0 ? wt : wt < 0 ? pt : pt < wt ? pt : wt);
 		if (r < 0 && errno != EINTR)
 			return 125;
 		if (r > 0 && (pfd[0].revents & POLLIN)) {
@@ -380,8 +436,11 @@ int main(void)
 			if (conns[i].fd >= 0 && (ev & (POLLIN | POLLHUP | POLLERR)))
 				conn_read(&conns[i]);
 		}
-		if (r > 0)
+		if (r > 0) {
+			watch_events(pfd + wbase, base - wbase);
 			proc_events(pfd + base, n - base);
+		}
 		proc_timers();
+		watch_timers();
 	}
 }

@@ -49,6 +49,7 @@ struct proc {
 	bool timed_out;
 	bool forget;              /* nobody will read its end: drop at exit */
 	json_t *cmd;
+	json_t *info;             /* what ps shows besides: tag, cwd, env */
 	/* The last call answered "still running": a cancel of that call can
 	 * cross its answer (a streaming client hung up meanwhile), and must
 	 * still end the process that nobody will read. */
@@ -100,6 +101,7 @@ static void proc_free(struct proc *p)
 	free(p->err.p);
 	free(p->in.p);
 	json_decref(p->cmd);
+	json_decref(p->info);
 	memset(p, 0, sizeof *p);
 	p->out_fd = p->err_fd = p->in_fd = -1;
 }
@@ -334,7 +336,7 @@ static int exec_path(char **argv, char **envp)
 
 static __attribute__((noreturn)) void child(char **argv, char **envp, const char *cwd,
 					    int cwdfd, int in, int out, int err, const char *pts,
-					    const struct winsize *ws)
+					    const struct winsize *ws, int null_in)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -348,6 +350,8 @@ static __attribute__((noreturn)) void child(char **argv, char **envp, const char
 		ioctl(t, TIOCSWINSZ, ws);
 		in = out = err = t;
 	}
+	if (null_in >= 0)
+		in = null_in;
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(125);
 	if (fchdir(cwdfd) < 0) {
@@ -357,6 +361,43 @@ static __attribute__((noreturn)) void child(char **argv, char **envp, const char
 	int e = exec_path(argv, envp);
 	say(2, "moat: ", argv[0], e == ENOENT || e == ENOTDIR ? "command not found" : strerror(e));
 	_exit(e == ENOENT || e == ENOTDIR ? 127 : 126);
+}
+
+#define TAG_MAX 256
+
+/* What ps shows of an exec besides its argv ({tag?, cwd, env}); with
+ * "stdin":"null", *null_in is /dev/null for the command's stdin. NULL
+ * after answering a bad request. */
+static json_t *exec_info(const struct agent_req *r, json_t *req, int *null_in)
+{
+	json_t *tag = json_object_get(req, "tag"), *in = json_object_get(req, "stdin");
+	if (tag && (!json_is_string(tag) || json_string_length(tag) > TAG_MAX ||
+		    strlen(json_string_value(tag)) != json_string_length(tag))) {
+		agent_fail(r, "invalid_request", "tag must be a string of at most %d bytes",
+			   TAG_MAX);
+		return NULL;
+	}
+	if (in && !json_is_null(in) &&
+	    !(json_is_string(in) && !strcmp(json_string_value(in), "null")) &&
+	    !(json_is_string(in) && !strcmp(json_string_value(in), "pipe"))) {
+		agent_fail(r, "invalid_request", "stdin must be \"null\" or \"pipe\"");
+		return NULL;
+	}
+	if (json_is_string(in) && !strcmp(json_string_value(in), "null")) {
+		/* the sandbox's own /dev/null (its /dev is the engine's) */
+		*null_in = open("/dev/null", O_RDONLY | O_CLOEXEC | O_NOCTTY);
+		if (*null_in < 0) {
+			agent_fail(r, "internal", "/dev/null: %s", strerror(errno));
+			return NULL;
+		}
+	}
+	json_t *o = json_pack("{s:O,s:O}", "cwd", json_object_get(req, "cwd"), "env",
+			      json_object_get(req, "env"));
+	if (o && tag)
+		json_object_set(o, "tag", tag);
+	if (!o)
+		agent_fail(r, "internal", "out of memory");
+	return o;
 }
 
 void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t len)
@@ -374,10 +415,14 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	struct proc *p = NULL;
 	int in[2] = {-1, -1}, out[2] = {-1, -1}, err[2] = {-1, -1}, master = -1, cwdfd = -1;
 	char pts[128] = "";
+	int null_in = -1;
+	json_t *info = NULL;
 	if (!ok_argv || !ok_env || !argv[0] || !cwd) {
 		agent_fail(r, "invalid_request", "exec needs argv, env and cwd");
 		goto out;
 	}
+	if (!(info = exec_info(r, req, &null_in)))
+		goto out;
 	/* resolved like every API path (resolve.h: no magic link, no kernel
 	 * filesystem), entered by descriptor */
 	struct fsr cw;
@@ -425,7 +470,8 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 		goto out;
 	}
 	if (pid == 0)
-		child(argv, envp, cwd, cwdfd, in[0], out[1], err[1], tty ? pts : NULL, &ws);
+		child(argv, envp, cwd, cwdfd, in[0], out[1], err[1], tty ? pts : NULL, &ws,
+		      null_in);
 	memset(p, 0, sizeof *p);
 	p->id = next_id++;
 	if (next_id > 1000000000)
@@ -437,6 +483,8 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	p->max_out = max_out > 0 && max_out <= HARD_MAX_OUT ? (size_t)max_out : DEFAULT_MAX_OUT;
 	p->cmd = json_incref(json_object_get(req, "argv"));
 	p->cap_total = json_is_true(json_object_get(req, "cap_total"));
+	p->info = info;
+	info = NULL;
 	if (tty) {
 		p->out_fd = master;
 		p->in_fd = fcntl(master, F_DUPFD_CLOEXEC, 3);
@@ -448,6 +496,8 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 		p->err_fd = err[0];
 		in[1] = out[0] = err[0] = -1;
 	}
+	if (null_in >= 0) /* stdin is /dev/null: nothing to feed */
+		closefd(&p->in_fd);
 	for (int *fd = &p->out_fd; fd <= &p->in_fd; fd++)
 		if (*fd >= 0)
 			fcntl(*fd, F_SETFL, O_NONBLOCK);
@@ -474,6 +524,8 @@ out:
 	}
 	closefd(&master);
 	closefd(&cwdfd);
+	closefd(&null_in);
+	json_decref(info);
 	free(argv);
 	free(envp);
 }
@@ -601,6 +653,8 @@ void proc_list(const struct agent_req *r)
 			continue;
 		json_t *o = json_pack("{s:i,s:O,s:b,s:b}", "process_id", p->id, "cmd", p->cmd,
 				      "running", !p->exited, "tty", p->tty);
+		if (p->info)
+			json_object_update(o, p->info);
 		if (p->exited)
 			json_object_set_new(o, "exit_code",
 					    json_integer(WIFEXITED(p->status)
@@ -609,6 +663,36 @@ void proc_list(const struct agent_req *r)
 		json_array_append_new(a, o);
 	}
 	agent_reply(r, json_pack("{s:o}", "processes", a), NULL, 0);
+}
+
+void proc_resize(const struct agent_req *r, json_t *req)
+{
+	int id = (int)json_integer_value(json_object_get(req, "process_id"));
+	json_int_t cols = json_integer_value(json_object_get(req, "cols"));
+	json_int_t rows = json_integer_value(json_object_get(req, "rows"));
+	struct proc *p = find(id);
+	if (!p) {
+		agent_fail(r, "not_found", "no process %d", id);
+		return;
+	}
+	if (cols < 1 || cols > 9999 || rows < 1 || rows > 9999) {
+		agent_fail(r, "invalid_request", "cols and rows must be 1 to 9999");
+		return;
+	}
+	int fd = p->out_fd >= 0 ? p->out_fd : p->in_fd;
+	if (!p->tty || p->exited || fd < 0) {
+		agent_fail(r, "conflict", "process %d %s", id,
+			   !p->tty ? "has no terminal" : "has ended");
+		return;
+	}
+	/* on the master: the kernel sends SIGWINCH to the terminal's
+	 * foreground process group when the size changes (tty_do_resize) */
+	struct winsize ws = {.ws_col = (unsigned short)cols, .ws_row = (unsigned short)rows};
+	if (ioctl(fd, TIOCSWINSZ, &ws) < 0) {
+		agent_fail(r, "internal", "resize: %s", strerror(errno));
+		return;
+	}
+	agent_reply(r, json_object(), NULL, 0);
 }
 
 size_t proc_pollfds(struct pollfd *pfd, size_t cap)

@@ -2622,7 +2622,9 @@ def test_escape_through_symlinks(srv, box, box2, secret):
     assert r.status == 200, r
     # the listing through a link is the sandbox's own root: no host data dir
     assert "workspace" in [e["name"] for e in r.json()["entries"]]
-    listing = json.dumps(srv.flist(box, "/", depth=2).json())
+    # (a link's own text, symlink_target, is what the sandbox wrote: left out)
+    listing = json.dumps([{k: v for k, v in e.items() if k != "symlink_target"}
+                          for e in srv.flist(box, "/", depth=2).json()["entries"]])
     assert srv.base.name not in listing and tok not in listing
     # writes through links do not reach the host
     for p in [f"o/pwned-{tag}", f"r{outside}/pwned-{tag}", f"up{outside}/pwned-{tag}",

@@ -402,8 +402,9 @@ struct core_op *core_exec(struct box *b, const struct core_exec_req *r,
 		json_object_set_new(req, "user", json_string(r->user));
 	if (req && r->tag)
 		json_object_set_new(req, "tag", json_string(r->tag));
-	/* exec and wait in one message: one round trip less per command */
-	if (req)
+	/* exec and wait in one message: one round trip less per command; a
+	 * stream waits in a second one, so that its start is told at once */
+	if (req && !op->stream)
 		json_object_set_new(req, "wait", json_pack("{s:I,s:s}", "timeout_ms",
 							   (json_int_t)(op->stream ? 0 : op->yield_ms >= 0 ? (op->yield_ms ? op->yield_ms : 1) : 0),
 							   "until", op->stream ? "output" : "exit"));
@@ -635,10 +636,12 @@ struct core_op *core_mkdir(struct box *b, const char *path, const char *user, bo
 			   bool exist_ok, core_done_cb cb, void *arg, struct core_err *e)
 {
 	json_t *r = fs_req(b, "mkdir", path, user, e);
-	if (r) {
-		json_object_set_new(r, "parents", json_boolean(parents));
-		json_object_set_new(r, "exist_ok", json_boolean(exist_ok));
-	}
+	/* the defaults unsaid: a file in the way is then a conflict (409), as
+	 * /v1 always answered; with either flag it is invalid_path */
+	if (r && !parents)
+		json_object_set_new(r, "parents", json_false());
+	if (r && !exist_ok)
+		json_object_set_new(r, "exist_ok", json_false());
 	FS_START(r, NULL, 0, SH_PLAIN);
 }
 

@@ -44,7 +44,27 @@ struct stub_done {
 	core_create_cb cb;
 	void *arg;
 	struct box *b;
+	json_t *door;
+	int64_t timeout;
 };
+
+static void stub_deliver(evutil_socket_t fd, short what, void *arg);
+
+static void stub_created(void *arg, struct box *b, const struct moat_err *me)
+{
+	struct stub_done *d = arg;
+	if (!b) {
+		struct core_err e = {.status = 500, .code = "internal"};
+		snprintf(e.msg, sizeof e.msg, "box_create: %s", me ? me->msg : "failed");
+		if (d->cb)
+			d->cb(d->arg, NULL, &e);
+		json_decref(d->door);
+		free(d);
+		return;
+	}
+	d->b = b;
+	stub_deliver(-1, 0, d);
+}
 
 static void stub_cancel(struct stub_done *d)
 {
@@ -54,6 +74,15 @@ static void stub_cancel(struct stub_done *d)
 static void stub_deliver(evutil_socket_t fd, short what, void *arg)
 {
 	struct stub_done *d = arg;
+	struct stub_rec *r = rec_of(d->b, true);
+	if (r) {
+		json_decref(r->door);
+		r->door = d->door;
+		d->door = NULL;
+		r->created = (int64_t)time(NULL);
+		r->end = d->timeout ? r->created + d->timeout : 0;
+	}
+	json_decref(d->door);
 	if (d->cb)
 		d->cb(d->arg, d->b, NULL);
 	else
@@ -104,24 +133,25 @@ WEAK struct core_op *core_create(json_t *body, const struct core_create_opts *o,
 		.timeout_s = json_integer_value(json_object_get(body, "timeout_s")),
 		.idle_timeout_s = json_integer_value(json_object_get(body, "idle_timeout_s"))};
 	struct moat_err me = {0};
-	struct box *b = box_create(&s, &me);
+	struct stub_done *d = calloc(1, sizeof *d);
+	struct box *pending = NULL;
+	struct box *b = d ? box_create_start(&s, stub_created, d, &pending, &me) : NULL;
 	if (!md)
 		json_decref(s.metadata);
 	json_decref(env);
-	struct stub_done *d = b ? calloc(1, sizeof *d) : NULL;
-	struct stub_rec *r = b ? rec_of(b, true) : NULL;
-	if (!b || !d || !r) {
+	if (!b && !pending) {
 		free(d);
 		*e = (struct core_err){.status = 500, .code = "internal"};
-		snprintf(e->msg, sizeof e->msg, "box_create: %s", me.msg);
+		snprintf(e->msg, sizeof e->msg, "box_create: %s", d ? me.msg : "out of memory");
 		return NULL;
 	}
-	json_decref(r->door);
-	r->door = o && o->door_data ? json_deep_copy(o->door_data) : NULL;
-	r->created = (int64_t)time(NULL);
-	r->end = s.timeout_s ? r->created + s.timeout_s : 0;
-	*d = (struct stub_done){cb, arg, b};
-	event_base_once(stub_conf.base, -1, EV_TIMEOUT, stub_deliver, d, NULL);
+	*d = (struct stub_done){cb, arg, b, json_deep_copy(o->door_data), s.timeout_s};
+	if (b) {
+		if (stub_conf.base)
+			event_base_once(stub_conf.base, -1, EV_TIMEOUT, stub_deliver, d, NULL);
+		else
+			stub_deliver(-1, 0, d);
+	}
 	return (struct core_op *)d; /* not cancellable here */
 }
 

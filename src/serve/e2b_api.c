@@ -143,6 +143,29 @@ static json_t *detail_obj(const struct box *b, bool detail)
 	return o;
 }
 
+/* The body as a JSON object, E2B's errors (http_body_json answers in
+ * /v1's shape); NULL after answering. Empty: {} when empty_ok. */
+static json_t *body_json(struct evhttp_request *req, bool empty_ok)
+{
+	size_t len;
+	const char *p = http_body(req, &len);
+	if (len > HTTP_MAX_JSON_BODY) {
+		e2b_api_error(req, 413, "JSON body over %u MiB", HTTP_MAX_JSON_BODY >> 20);
+		return NULL;
+	}
+	if (!len && empty_ok)
+		return json_object();
+	json_error_t je;
+	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
+	if (!json_is_object(j)) {
+		json_decref(j);
+		e2b_api_error(req, 400, "the body must be a JSON object%s%s", j ? "" : ": ",
+			      j ? "" : je.text);
+		return NULL;
+	}
+	return j;
+}
+
 /* An integer field in seconds: absent keeps *out; else 0..max. */
 static bool get_seconds(struct evhttp_request *req, json_t *body, const char *key, int64_t max,
 			int64_t *out)
@@ -425,7 +448,7 @@ static void on_created(void *arg, struct box *b, const struct core_err *e)
 
 static void h_create(struct evhttp_request *req)
 {
-	json_auto_t *body = http_body_json(req, false);
+	json_auto_t *body = body_json(req, false);
 	if (!body)
 		return;
 	json_t *tv = json_object_get(body, "templateID");
@@ -500,7 +523,7 @@ static void h_create(struct evhttp_request *req)
 
 static void h_connect(struct evhttp_request *req, const char *id)
 {
-	json_auto_t *body = http_body_json(req, true);
+	json_auto_t *body = body_json(req, true);
 	if (!body)
 		return;
 	struct box *b = door_box(id, true);
@@ -522,7 +545,7 @@ static void h_connect(struct evhttp_request *req, const char *id)
 
 static void h_timeout(struct evhttp_request *req, const char *id)
 {
-	json_auto_t *body = http_body_json(req, true);
+	json_auto_t *body = body_json(req, true);
 	if (!body)
 		return;
 	struct box *b = door_box(id, true);
@@ -548,7 +571,7 @@ static void h_timeout(struct evhttp_request *req, const char *id)
 /* The old keep-alive: {duration} more seconds from now, never shorter. */
 static void h_refresh(struct evhttp_request *req, const char *id)
 {
-	json_auto_t *body = http_body_json(req, true);
+	json_auto_t *body = body_json(req, true);
 	if (!body)
 		return;
 	struct box *b = door_box(id, true);
@@ -744,7 +767,8 @@ static json_t *metadata_filter(const char *q)
 		char *eq = strchr(pair, '=');
 		if (eq)
 			*eq = '\0';
-		char *k = pair, *v = eq ? eq + 1 : (char *)"";
+		char none[1] = ""; /* "k" alone: an empty value (unescape writes) */
+		char *k = pair, *v = eq ? eq + 1 : none;
 		if (!unescape(k, true) || !unescape(v, true) || !unescape(k, false) ||
 		    !unescape(v, false) || !*k) {
 			json_decref(o);

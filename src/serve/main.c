@@ -112,6 +112,17 @@ static char *read_token(const char *file)
 	return buf[0] ? strdup(buf) : NULL;
 }
 
+/* envd's POST /files (the E2B door) carries a whole file: --max-file and
+ * its multipart framing; every other route as api.c says. */
+static uint64_t max_upload;
+
+static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
+{
+	if (m == EVHTTP_REQ_POST && !strncmp(path, "/files", 6) && (!path[6] || path[6] == '?'))
+		return max_upload;
+	return api_body_limit(m, path);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	event_base_loopbreak(arg);
@@ -376,7 +387,8 @@ int main(int argc, char **argv)
 		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
-	http_set_body_limit(api_body_limit);
+	max_upload = api.max_file + (64u << 10);
+	http_set_body_limit(body_limit);
 	if (http_start(base, listen, token, api_route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);

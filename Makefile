@@ -146,11 +146,16 @@ FUZZ_SRC_manifest  := src/serve/manifest.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_manifest := -ljansson
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/jfield.c src/serve/http.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/jfield.c src/serve/http.c src/serve/e2b.c src/serve/e2b_api.c $(E2B_ENVD_SRC) src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
                       src/policy/quota.c src/policy/policy.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)
 FUZZ_LIBS_api      := -levent -ljansson -larchive
+# the E2B door's front and control plane behind stand-ins for box.c
+# (tests/fuzz/fuzz_e2b.c) and the core (core_stub.c until core.c lands)
+FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c tests/fuzz/e2b_stub.c src/serve/http.c \
+                      src/serve/http_guard.c src/serve/metrics.c $(FUZZ_BASE)
+FUZZ_LIBS_e2b      := -levent -ljansson
 # the framer in front of evhttp; the target includes http_guard.c itself
 # (to reach its per-connection state), so it needs no other source.
 FUZZ_SRC_http_guard := src/base/err.c

@@ -4,6 +4,8 @@
 
 int moat_cmd_run(int argc, char **argv);
 int moat_cmd_doctor(int argc, char **argv);
+/* token.c: moat token [--write FILE] */
+int moat_cmd_token(int argc, char **argv);
 
 /* gate.c: moat run's egress gateway (a moat-gate process). */
 #include <moat/err.h>

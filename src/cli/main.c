@@ -47,6 +47,7 @@ static void usage(FILE *f)
 	      "  run [OPTIONS] -- COMMAND [ARG...]   run one command in a sandbox\n"
 	      "  doctor                              show which isolation layers this kernel offers\n"
 	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
+	      "  token [--write FILE]                a new API token for serve (e2b_ + 40 hex)\n"
 	      "  create | ls | exec | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
 	      "  version                             print the version\n"
 	      "\n"
@@ -64,6 +65,8 @@ int main(int argc, char **argv)
 		return moat_cmd_run(argc - 1, argv + 1);
 	if (strcmp(cmd, "doctor") == 0)
 		return moat_cmd_doctor(argc - 1, argv + 1);
+	if (strcmp(cmd, "token") == 0)
+		return moat_cmd_token(argc - 1, argv + 1);
 	if (strcmp(cmd, "serve") == 0)
 		return exec_sibling("moat-serve", argv);
 	static const char *const client[] = {"create", "ls", "exec", "cp", "patch",

@@ -16,6 +16,9 @@
 bool e2b_claims(struct evhttp_request *req);
 /* Answer it (auth included). */
 void e2b_route(struct evhttp_request *req);
+/* A request the HTTP layer refused (a body over its limit, ...): answered
+ * in E2B's shape, to a control-plane caller only once its key is right. */
+void e2b_refuse(struct evhttp_request *req, int status, const char *msg);
 /* Its body limit, for http_set_body_limit (POST /files: --max-file). */
 uint64_t e2b_body_limit(struct evhttp_request *req, uint64_t dflt);
 

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "http.h"
 #include "http_guard.h"
+#include "e2b.h"
 
 #include "../base/utf8.h"
 
@@ -56,6 +57,9 @@ static const char *reason(int status)
 	case 415: return "Unsupported Media Type";
 	case 422: return "Unprocessable Entity";
 	case 429: return "Too Many Requests";
+	case 501: return "Not Implemented";
+	case 502: return "Bad Gateway";
+	case 503: return "Service Unavailable";
 	default: return status >= 500 ? "Internal Server Error" : "Error";
 	}
 }
@@ -208,11 +212,18 @@ json_t *http_query_prefixed(struct evhttp_request *req, const char *prefix)
 /* Constant time: the comparison does not tell how much of a guess was right. */
 static bool token_ok(const char *got)
 {
+	if (!token)
+		return true;
 	size_t a = strlen(token), b = got ? strlen(got) : 0;
 	unsigned char d = (unsigned char)(a != b);
 	for (size_t i = 0; i < a; i++)
 		d |= (unsigned char)(token[i] ^ (i < b ? got[i] : 0));
 	return d == 0;
+}
+
+bool http_token_equal(const char *got)
+{
+	return token_ok(got);
 }
 
 static uint64_t (*body_limit)(enum evhttp_cmd_type m, const char *path);
@@ -252,6 +263,20 @@ static void on_request(struct evhttp_request *req, void *arg)
 	bool is_refused = guard_refused(req, &r);
 	if (is_refused && !r.after_auth) {
 		refused(req, &r);
+		return;
+	}
+	/* the E2B door authenticates its own requests (an API key for its
+	 * control plane, per-sandbox access tokens for envd) and answers in
+	 * E2B's error shape */
+	if (e2b_claims(req)) {
+		if (is_refused) {
+			if (r.close)
+				evhttp_add_header(evhttp_request_get_output_headers(req),
+						  "Connection", "close");
+			e2b_refuse(req, r.status, r.msg);
+			return;
+		}
+		e2b_route(req);
 		return;
 	}
 	if (token && !health) {

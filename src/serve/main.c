@@ -5,6 +5,7 @@
 #include "api.h"
 #include "box.h"
 #include "clone.h"
+#include "core.h"
 #include "http.h"
 #include "job.h"
 #include "store.h"
@@ -51,6 +52,7 @@ static void usage(FILE *f)
 	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N]\n"
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
+	      "                  [--template NAME=ROOTFS_DIR]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
@@ -63,7 +65,10 @@ static void usage(FILE *f)
 	      "(NAME=VALUE lines) and --secret-env NAME fill the secret store that\n"
 	      "network.secrets names; --upstream-ca FILE for re-encrypted upstream TLS.\n"
 	      "--quota NAME=N (repeatable) sets the most of a per-user kernel count any\n"
-	      "sandbox gets (default: moat run's defaults); a create may ask for less.\n", f);
+	      "sandbox gets (default: moat run's defaults); a create may ask for less.\n"
+	      "--template NAME=ROOTFS_DIR (repeatable) names a root filesystem the E2B\n"
+	      "door's templateID NAME starts from (\"base\" is the host's system unless\n"
+	      "given; docs/e2b.md).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -107,6 +112,17 @@ static char *read_token(const char *file)
 	return buf[0] ? strdup(buf) : NULL;
 }
 
+/* envd's POST /files (the E2B door) carries a whole file: --max-file and
+ * its multipart framing; every other route as api.c says. */
+static uint64_t max_upload;
+
+static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
+{
+	if (m == EVHTTP_REQ_POST && !strncmp(path, "/files", 6) && (!path[6] || path[6] == '?'))
+		return max_upload;
+	return api_body_limit(m, path);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	event_base_loopbreak(arg);
@@ -140,9 +156,10 @@ int main(int argc, char **argv)
 		{"upstream-ca", required_argument, 0, 'U'},
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
 		{"quota", required_argument, 0, 'Q'},
+		{"template", required_argument, 0, 'T'},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
-	struct moat_strv host = {0}, net_allow = {0};
+	struct moat_strv host = {0}, net_allow = {0}, templates = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	struct gate_policy ceiling;
@@ -248,6 +265,26 @@ int main(int argc, char **argv)
 			if (moat_quota_parse(quotas, optarg, &e) < 0)
 				return fail("--quota: %s", e.msg, "");
 			break;
+		case 'T': {
+			/* NAME=DIR, DIR kept as its real path */
+			const char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg || !eq[1])
+				return fail("--template %s: expected NAME=ROOTFS_DIR", optarg, "");
+			char *r = realpath(eq + 1, NULL);
+			struct stat st;
+			if (!r || stat(r, &st) < 0 || !S_ISDIR(st.st_mode)) {
+				free(r);
+				return fail("--template %s: not a directory", optarg, "");
+			}
+			char *t = NULL;
+			if (asprintf(&t, "%.*s=%s", (int)(eq - optarg), optarg, r) < 0)
+				t = NULL;
+			free(r);
+			if (!t)
+				return fail("--template: out of memory%s", "", "");
+			moat_strv_take(&templates, t);
+			break;
+		}
 		case 'h': usage(stdout); return 0;
 		default:
 			return fail("unknown or incomplete option %s (see moat serve --help)",
@@ -339,11 +376,19 @@ int main(int argc, char **argv)
 	cfg.host_paths = host.v;
 	api.host_paths = host.v;
 	api_init(&api);
+	struct core_config core = {
+		.base = base, .host_paths = host.v, .max_file = api.max_file,
+		.max_archive = api.max_archive, .net_ceiling = cfg.net_ceiling,
+		.net_allow = net_allow.v, .secrets = secrets, .quotas = cfg.quotas,
+		.default_memory = cfg.default_memory, .default_pids = cfg.default_pids,
+		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v};
+	core_init(&core);
 	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
-	http_set_body_limit(api_body_limit);
+	max_upload = api.max_file + (64u << 10);
+	http_set_body_limit(body_limit);
 	if (http_start(base, listen, token, api_route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -367,6 +412,7 @@ int main(int argc, char **argv)
 	free(real);
 	moat_strv_free(&host);
 	moat_strv_free(&net_allow);
+	moat_strv_free(&templates);
 	close(cfg.agent_exe);
 	close(lock);
 	return 0;

@@ -154,6 +154,12 @@ FUZZ_LIBS_api      := -levent -ljansson -larchive
 # (to reach its per-connection state), so it needs no other source.
 FUZZ_SRC_http_guard := src/base/err.c
 FUZZ_LIBS_http_guard := -levent
+# the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
+# and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
+FUZZ_SRC_envd      := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_envd_fs.c \
+                      src/serve/connect.c src/serve/multipart.c src/serve/http.c \
+                      src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
+FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

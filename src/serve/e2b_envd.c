@@ -610,6 +610,29 @@ static void rpc(struct evhttp_request *req, struct box *b, const struct method *
 	snprintf(c->user, sizeof c->user, "%s", user);
 	m->fn(c, msg);
 }
+/* The sandbox's environment as envd's GET /envs gives it: {"K":"V"}
+ * (box_env is an array of "K=V", or an object). Stolen. */
+static json_t *envs_object(json_t *env)
+{
+	if (json_is_object(env))
+		return env;
+	json_t *o = json_object();
+	size_t i;
+	json_t *v;
+	json_array_foreach(env, i, v) {
+		const char *s = json_string_value(v);
+		const char *eq = s ? strchr(s, '=') : NULL;
+		if (!eq || eq == s)
+			continue;
+		char *k = strndup(s, (size_t)(eq - s));
+		if (k && o)
+			json_object_set_new(o, k, json_string(eq + 1));
+		free(k);
+	}
+	json_decref(env);
+	return o ? o : json_object();
+}
+
 /* ---- the door --------------------------------------------------------------- */
 
 void e2b_envd_route(struct evhttp_request *req, struct box *b, const char *id, int port,
@@ -663,8 +686,7 @@ void e2b_envd_route(struct evhttp_request *req, struct box *b, const char *id, i
 			e2b_envd_error(req, 405, "method not allowed on /envs");
 			return;
 		}
-		json_t *env = box_env(b, NULL);
-		http_json(req, 200, env ? env : json_object());
+		http_json(req, 200, envs_object(box_env(b, NULL)));
 		return;
 	}
 	if (rpc_like(p)) {

@@ -144,6 +144,9 @@ FUZZ_SRC_policy_file := src/policy/policy.c src/policy/policy_json.c src/policy/
 FUZZ_LIBS_policy_file := -ljansson
 FUZZ_SRC_manifest  := src/serve/manifest.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_manifest := -ljansson
+# the E2B door's envd half (connect.c, multipart.c: its codecs)
+E2B_ENVD_SRC := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_envd_fs.c \
+                src/serve/connect.c src/serve/multipart.c
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
 FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/jfield.c src/serve/http.c src/serve/e2b.c src/serve/e2b_api.c $(E2B_ENVD_SRC) src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
@@ -164,6 +167,12 @@ FUZZ_LIBS_http_guard := -levent
 FUZZ_SRC_connect   := src/serve/connect.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_connect  := -ljansson
 FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
+# the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
+# and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
+FUZZ_SRC_envd      := $(E2B_ENVD_SRC) \
+                      src/serve/connect.c src/serve/multipart.c src/serve/http.c \
+                      src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
+FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

@@ -25,26 +25,9 @@
 #include <unistd.h>
 
 static const struct api_config *conf;
-static struct core_config core_cfg;
-
 void api_init(const struct api_config *c)
 {
 	conf = c;
-	core_cfg = (struct core_config){
-		.base = c->base,
-		.host_paths = c->host_paths,
-		.max_file = c->max_file,
-		.max_archive = c->max_archive,
-		.net_ceiling = c->net_ceiling,
-		.net_allow = c->net_allow,
-		.secrets = c->secrets,
-		.quotas = c->quotas,
-		.default_memory = c->default_memory,
-		.default_pids = c->default_pids,
-		.default_cpu_milli = c->default_cpu_milli,
-		.templates = c->templates,
-	};
-	core_init(&core_cfg);
 }
 
 static void fail(struct evhttp_request *req, const struct core_err *e)

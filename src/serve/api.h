@@ -20,7 +20,6 @@ struct api_config {
 	json_t *secrets;         /* the secret store: NAME -> value */
 	const int64_t *quotas;   /* the operator's ceilings (MOAT_QUOTAS of them) */
 	uint64_t default_memory, default_pids, default_cpu_milli; /* --memory etc. (0: none) */
-	char *const *templates;  /* --template NAME=ROOTFS_DIR, NULL-terminated */
 };
 
 void api_init(const struct api_config *c);

@@ -4,10 +4,10 @@
  * symbol is weak: the real one wins at link time. DELETE THIS FILE AT
  * MERGE. */
 #define _GNU_SOURCE
-#include "box.h"
-#include "core.h"
-#include "e2b_int.h"
-#include "http.h"
+#include "serve/box.h"
+#include "serve/core.h"
+#include "serve/e2b_int.h"
+#include "serve/http.h"
 
 #include <event2/event.h>
 #include <stdlib.h>

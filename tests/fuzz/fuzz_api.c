@@ -23,6 +23,8 @@
 #define _GNU_SOURCE
 #include "serve/api.h"
 #include "serve/box.h"
+#include "serve/core.h"
+#include "serve/e2b.h"
 #include "serve/job.h"
 #include "serve/manifest.h"
 #include "gate/policy.h"
@@ -158,6 +160,27 @@ json_t *box_env(const struct box *b, json_t *extra)
 		free(s);
 	}
 	return a;
+}
+
+/* the E2B door has its own target (fuzz_e2b, fuzz_envd): not here */
+bool e2b_claims(struct evhttp_request *req)
+{
+	return false;
+}
+
+void e2b_route(struct evhttp_request *req)
+{
+	abort();
+}
+
+void e2b_refuse(struct evhttp_request *req, int status, const char *msg)
+{
+	abort();
+}
+
+uint64_t e2b_body_limit(struct evhttp_request *req, uint64_t dflt)
+{
+	return dflt;
 }
 
 bool box_users(const struct box *b)
@@ -428,6 +451,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	streaming = false;
 
 	api_init(&conf);
+	struct core_config cc = {.base = base, .max_file = conf.max_file,
+				 .max_archive = conf.max_archive, .net_ceiling = conf.net_ceiling,
+				 .secrets = conf.secrets, .quotas = conf.quotas};
+	core_init(&cc);
 	api_route(req);
 	event_base_loop(base, EVLOOP_NONBLOCK); /* answers the core defers */
 	/* the agent answers, in order; when the input has no more replies it

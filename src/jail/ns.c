@@ -33,8 +33,9 @@
 
 int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e)
 {
-	(void)e;
 	c->host_root = geteuid() == 0;
+	if (c->p->users)
+		return jail_users_prepare(c, e);
 	if (c->host_root) {
 		c->uid_out = MOAT_HOST_UID;
 		c->gid_out = MOAT_HOST_UID;
@@ -79,8 +80,8 @@ static int idle_child(void *arg)
  * fd opened: a CLONE_VM child on a small stack of its own (no page-table
  * copy) that never has to run. It is killed at once but reaped only in
  * jail_ns_free(), so we never wait for it to be scheduled. */
-static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
-			gid_t to_gid, struct moat_err *e)
+static int idmap_userns_maps(struct jail_ctx *c, const char *um, const char *gm,
+			     struct moat_err *e)
 {
 	if (c->nhelpers == JAIL_MAX_HELPERS)
 		return moat_err_set(e, MOAT_E_USAGE, 0, "too many writable paths");
@@ -96,9 +97,7 @@ static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
 	}
 	c->helpers[c->nhelpers] = pid;
 	c->helper_stacks[c->nhelpers++] = stack;
-	char um[64], gm[64], path[64];
-	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
-	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
+	char path[64];
 	int fd = -1;
 	if (write_maps(pid, um, gm, false, e) == 0) {
 		snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
@@ -108,6 +107,15 @@ static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
 	}
 	kill(pid, SIGKILL);
 	return fd;
+}
+
+static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
+			gid_t to_gid, struct moat_err *e)
+{
+	char um[64], gm[64];
+	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
+	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
+	return idmap_userns_maps(c, um, gm, e);
 }
 
 void jail_ns_free(struct jail_ctx *c)
@@ -154,6 +162,30 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	return 0;
 }
 
+int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e)
+{
+	char um[64], gm[64];
+	snprintf(um, sizeof um, "0 %u 65536\n", c->users_base);
+	snprintf(gm, sizeof gm, "0 %u 65536\n", c->users_gbase);
+	_cleanup_close_ int ns = idmap_userns_maps(c, um, gm, e);
+	if (ns < 0)
+		return -1;
+	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", op->src);
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    MOUNT_ATTR_RDONLY,
+		.userns_fd = (uint64_t)ns,
+	};
+	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "users mode: id-mapped lower layer %s (kernel or "
+				    "filesystem without MOUNT_ATTR_IDMAP)", op->src);
+	op->fd = steal_fd(&fd);
+	return 0;
+}
+
 pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e)
 {
 	unsigned long flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID |
@@ -175,6 +207,8 @@ pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e)
 
 int jail_ns_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e)
 {
+	if (c->users)
+		return jail_users_parent(c, pid, e);
 	char um[64], gm[64];
 	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)c->uid_in, (unsigned)c->uid_out);
 	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)c->gid_in, (unsigned)c->gid_out);
@@ -187,7 +221,7 @@ int jail_ns_child(struct jail_ctx *c, struct moat_err *e)
 {
 	/* Supplementary groups are kernel gids: root's group 0 would still
 	 * grant group access on the host filesystem. Drop them. */
-	if (c->host_root && setgroups(0, NULL) < 0)
+	if ((c->host_root || c->users) && setgroups(0, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setgroups");
 	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_KEEPCAPS");

@@ -3,6 +3,7 @@
  * See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "users.h"
 
 #include "../base/fdpass.h"
 #include "../base/utf8.h"
@@ -221,9 +222,13 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 		agent_fail(&r, "invalid_request", "malformed request");
 		return;
 	}
-	if (!strcmp(op, "exec"))
+	if (!strcmp(op, "exec")) {
 		proc_exec(&r, req, data, dl);
-	else if (!strcmp(op, "wait"))
+		return;
+	}
+	/* users mode: a file operation is the request's user's */
+	agent_fs_as(req);
+	if (!strcmp(op, "wait"))
 		proc_wait(&r, req);
 	else if (!strcmp(op, "stdin"))
 		proc_stdin(&r, req, data, dl);
@@ -258,6 +263,7 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 					  (json_int_t)proc_running()), NULL, 0);
 	else
 		agent_fail(&r, "invalid_request", "unknown op %.64s", op);
+	agent_fs_self();
 }
 
 static void conn_read(struct agent_conn *c)

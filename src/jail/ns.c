@@ -138,8 +138,25 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	struct stat st;
 	if (stat(op->src, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", op->src);
-	_cleanup_close_ int ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out,
-					      c->gid_out, e);
+	_cleanup_close_ int ns = -1;
+	if (c->users && op->kind != MOP_OVERLAY) {
+		/* users mode: the owner is user (1000) inside, and what the
+		 * sandbox's other ids (root...) create keeps their host id of
+		 * the sandbox's range, instead of failing with EOVERFLOW */
+		char um[192], gm[192];
+		const uint32_t b = c->users_base, g = c->users_gbase;
+		snprintf(um, sizeof um, "%u %u 1\n%u %u 1000\n%u %u 64535\n",
+			 (unsigned)st.st_uid, b + 1000, b, b, b + 1001, b + 1001);
+		snprintf(gm, sizeof gm, "%u %u 1\n%u %u 1000\n%u %u 64535\n",
+			 (unsigned)st.st_gid, g + 1000, g, g, g + 1001, g + 1001);
+		if ((st.st_uid >= b && st.st_uid - b < 65536) ||
+		    (st.st_gid >= g && st.st_gid - g < 65536))
+			return moat_err_set(e, MOAT_E_USAGE, 0, "%s belongs to the sandbox's "
+					    "own id range", op->src);
+		ns = idmap_userns_maps(c, um, gm, e);
+	} else {
+		ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out, c->gid_out, e);
+	}
 	if (ns < 0)
 		return -1;
 	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src,

@@ -92,6 +92,7 @@ struct jail_ctx {
 	uint32_t users_base, users_gbase; /* host id of inside 0 (rootless: the subid
 					 * range, inside 1000 being the caller) */
 	int users_lock;                 /* moat run as root: the slot's lock, or -1 */
+	char *users_passwd, *users_group; /* the sandbox's /etc/passwd and /etc/group */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
@@ -135,7 +136,8 @@ int jail_users_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e);
 int jail_users_caps(struct jail_ctx *c, struct moat_err *e);
 void jail_users_free(struct jail_ctx *c);
 uint64_t jail_users_capset(void);
-extern const char jail_users_passwd[], jail_users_group[];
+/* The sandbox's /etc/passwd and /etc/group (malloc'd; aborts on OOM). */
+void jail_users_accounts(char **passwd, char **group);
 /* Root: a system directory as an overlay's lower layer, its ids 0..65535
  * shown as the sandbox's (host root's files are root's inside). */
 int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e);

@@ -126,10 +126,54 @@ static int bind_cmp(const void *a, const void *b)
 	return lx < ly ? -1 : lx > ly;
 }
 
+/* Users mode as root: /var is a private directory of root's, with
+ * copy-on-write layers of the package managers' state (dpkg, apt,
+ * debconf), so that root can install a package; the rest of the host's
+ * /var (logs, other daemons' data) stays out of the view. */
+static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct moat_err *e);
+
+static const char *const users_var_dirs[] = {
+	"/var/lib/dpkg", "/var/lib/apt", "/var/cache/debconf", NULL,
+};
+
+static int users_var(struct jail_ctx *c, struct moat_err *e)
+{
+	add_op(c, MOP_TMPFS, NULL, "/var", 0, LL_RW)->mode = 0755;
+	static const char *const dirs[] = {"/var/tmp", "/var/log", "/var/cache/apt", NULL};
+	for (size_t i = 0; dirs[i]; i++)
+		add_op(c, MOP_TMPFS, NULL, dirs[i], 0, LL_RW)->mode =
+			strcmp(dirs[i], "/var/tmp") ? 0755 : 01777;
+	for (size_t i = 0; users_var_dirs[i]; i++) {
+		struct stat st;
+		if (lstat(users_var_dirs[i], &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		struct mop *ov = add_op(c, MOP_OVERLAY, users_var_dirs[i], users_var_dirs[i],
+					MOP_F_SHARED, LL_RW);
+		if (jail_ns_prepare_idmapped_range(c, ov, e) < 0 ||
+		    users_masks(c, users_var_dirs[i], 0, e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
 /* Users mode as root: host root's files are root's inside, so what only
  * root may read on the host (mode without "others" read: /etc/shadow,
  * ssh host keys, /etc/ssl/private, ...) would be readable by the
  * sandbox's root. Mask every such entry of a tree (a directory whole). */
+static bool dir_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n == 0;
+}
+
 static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct moat_err *e)
 {
 	if (depth > 16)
@@ -151,6 +195,10 @@ static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct mo
 		bool dir_ = S_ISDIR(st.st_mode);
 		bool open_ = dir_ ? (st.st_mode & (S_IROTH | S_IXOTH)) == (S_IROTH | S_IXOTH)
 				  : (st.st_mode & S_IROTH) || !S_ISREG(st.st_mode);
+		/* nothing to hide in an empty file or directory (dpkg's and
+		 * apt's lock files and partial/ directories must stay usable) */
+		if (!open_ && (dir_ ? dir_empty(path) : st.st_size == 0))
+			continue;
 		if (!open_)
 			add_op(c, MOP_MASK, NULL, path, 0, LL_NONE);
 		else if (dir_)
@@ -205,6 +253,8 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 				       MOP_F_RDONLY, LL_RO);
 			}
 		}
+		if (p->users && c->host_root && users_var(c, e) < 0)
+			return -1;
 		if (p->users && c->host_root && users_masks(c, "/etc", 0, e) < 0)
 			return -1;
 	} else {
@@ -628,8 +678,12 @@ static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 	char d[PATH_MAX], up[PATH_MAX + 8], wk[PATH_MAX + 8], lo[PATH_MAX + 8];
 	if (strcmp(op->dst, "/") == 0)
 		snprintf(d, sizeof d, "/ovl");
-	else
+	else {
 		snprintf(d, sizeof d, "/ovl-%s", op->dst + 1);
+		for (char *q = d + 1; *q; q++)
+			if (*q == '/')
+				*q = '-';
+	}
 	snprintf(up, sizeof up, "%s/upper", d);
 	snprintf(wk, sizeof wk, "%s/work", d);
 	snprintf(lo, sizeof lo, "%s/lower", d);
@@ -679,7 +733,7 @@ static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 static int op_users_etc(struct jail_ctx *c, const char *dst, struct moat_err *e)
 {
 	const char *names[] = {"passwd", "group"};
-	const char *text[] = {jail_users_passwd, jail_users_group};
+	const char *text[] = {c->users_passwd, c->users_group};
 	for (int i = 0; i < 2; i++) {
 		char path[PATH_MAX], src[64];
 		snprintf(path, sizeof path, "%s/%s", dst, names[i]);

@@ -159,6 +159,7 @@ int jail_users_prepare(struct jail_ctx *c, struct moat_err *e)
 	}
 	/* set-up runs as root inside; caps.c makes the final identity */
 	c->uid_in = c->gid_in = 0;
+	jail_users_accounts(&c->users_passwd, &c->users_group);
 	return 0;
 }
 
@@ -213,6 +214,9 @@ int jail_users_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e)
 
 void jail_users_free(struct jail_ctx *c)
 {
+	free(c->users_passwd);
+	free(c->users_group);
+	c->users_passwd = c->users_group = NULL;
 	if (c->users_lock >= 0) {
 		close(c->users_lock);
 		c->users_lock = -1;
@@ -276,12 +280,60 @@ int jail_users_caps(struct jail_ctx *c, struct moat_err *e)
 	return 0;
 }
 
-/* The sandbox's /etc/passwd and /etc/group. */
-const char jail_users_passwd[] =
-	"root:x:0:0:root:/root:/bin/bash\n"
-	"user:x:1000:1000:user:/home/user:/bin/bash\n"
-	"nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n";
-const char jail_users_group[] =
-	"root:x:0:\n"
-	"user:x:1000:\n"
-	"nogroup:x:65534:\n";
+/* The sandbox's /etc/passwd and /etc/group: the host's system accounts
+ * (ids below 1000, and 65534: packages' files and dpkg's statoverride name
+ * them; no human account, no group member list), then user (1000). */
+static bool system_id(unsigned id)
+{
+	return id < MOAT_USERS_UID || id == 65534;
+}
+
+static void append(char **buf, size_t *len, const char *s)
+{
+	size_t n = strlen(s);
+	char *nb = realloc(*buf, *len + n + 1);
+	if (!nb)
+		abort();
+	memcpy(nb + *len, s, n + 1);
+	*buf = nb;
+	*len += n;
+}
+
+void jail_users_accounts(char **passwd, char **group)
+{
+	char *pw_buf = NULL, *gr_buf = NULL, line[1024];
+	size_t pl = 0, gl = 0;
+	bool root = false, rootg = false;
+	FILE *f = fopen("/etc/passwd", "re");
+	struct passwd *pw;
+	while (f && (pw = fgetpwent(f))) {
+		if (!system_id(pw->pw_uid) || !strcmp(pw->pw_name, "user") ||
+		    strchr(pw->pw_name, ':') || strchr(pw->pw_dir, ':') || strchr(pw->pw_shell, ':'))
+			continue;
+		root |= pw->pw_uid == 0;
+		snprintf(line, sizeof line, "%s:x:%u:%u:%s:%s:%s\n", pw->pw_name, (unsigned)pw->pw_uid,
+			 (unsigned)pw->pw_gid, pw->pw_uid == 0 ? "root" : "", pw->pw_dir, pw->pw_shell);
+		append(&pw_buf, &pl, line);
+	}
+	if (f)
+		fclose(f);
+	if (!root)
+		append(&pw_buf, &pl, "root:x:0:0:root:/root:/bin/bash\n");
+	append(&pw_buf, &pl, "user:x:1000:1000:user:/home/user:/bin/bash\n");
+	FILE *g = fopen("/etc/group", "re");
+	struct group *gr;
+	while (g && (gr = fgetgrent(g))) {
+		if (!system_id(gr->gr_gid) || !strcmp(gr->gr_name, "user") || strchr(gr->gr_name, ':'))
+			continue;
+		rootg |= gr->gr_gid == 0;
+		snprintf(line, sizeof line, "%s:x:%u:\n", gr->gr_name, (unsigned)gr->gr_gid);
+		append(&gr_buf, &gl, line);
+	}
+	if (g)
+		fclose(g);
+	if (!rootg)
+		append(&gr_buf, &gl, "root:x:0:\n");
+	append(&gr_buf, &gl, "user:x:1000:\n");
+	*passwd = pw_buf;
+	*group = gr_buf;
+}

@@ -298,3 +298,39 @@ def test_plain_run_unchanged(run):
     assert int(status_field(r.stdout, "CapEff")[0], 16) == 0
     uid = r.stdout.splitlines()[0]
     assert uid == ("1000" if IS_ROOT else str(os.geteuid()))
+
+
+def test_root_installs_a_local_deb_only_in_the_sandbox(run, ws):
+    if not IS_ROOT:
+        pytest.skip("rootless: system directories are read-only")
+    if not shutil.which("dpkg-deb") or not shutil.which("apt-get"):
+        pytest.skip("no dpkg-deb / apt-get on the host")
+    name = f"moat-e2e-hello-{uuid.uuid4().hex[:8]}"
+    pkg = ws / "pkg"
+    (pkg / "DEBIAN").mkdir(parents=True)
+    (pkg / "usr/bin").mkdir(parents=True)
+    (pkg / "DEBIAN/control").write_text(
+        f"Package: {name}\nVersion: 1.0\nArchitecture: all\nMaintainer: t <t@t>\n"
+        "Description: moat e2e\n")
+    exe = pkg / "usr/bin" / name
+    exe.write_text("#!/bin/sh\necho hello-from-deb\n")
+    exe.chmod(0o755)
+    subprocess.run(["dpkg-deb", "--build", str(pkg), str(ws / "hello.deb")],
+                   check=True, capture_output=True)
+    status = sha("/var/lib/dpkg/status")
+    r = users(run, f"apt-get install -y ./hello.deb >/dev/null 2>&1; {name}; "
+                   f"dpkg-query -W -f='${{Status}}\\n' {name}", root=True, timeout=120)
+    assert "hello-from-deb" in r.stdout, r.stdout + r.stderr
+    assert "install ok installed" in r.stdout
+    assert not os.path.lexists(f"/usr/bin/{name}")
+    assert sha("/var/lib/dpkg/status") == status
+    r = subprocess.run(["dpkg-query", "-W", name], capture_output=True)
+    assert r.returncode != 0
+
+
+def test_root_cannot_read_debconf_passwords(run):
+    p = Path("/var/cache/debconf/passwords.dat")
+    if not IS_ROOT or not p.exists() or p.stat().st_size == 0:
+        pytest.skip("needs root and a non-empty passwords.dat")
+    r = users(run, f"wc -c < {p}", root=True)
+    assert r.stdout.strip() == "0", r.stdout + r.stderr

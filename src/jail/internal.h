@@ -92,6 +92,7 @@ struct jail_ctx {
 	uint32_t users_base, users_gbase; /* host id of inside 0 (rootless: the subid
 					 * range, inside 1000 being the caller) */
 	int users_lock;                 /* moat run as root: the slot's lock, or -1 */
+	int users_range_ns;             /* root: the id-map of system lower layers, or -1 */
 	char *users_passwd, *users_group; /* the sandbox's /etc/passwd and /etc/group */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */

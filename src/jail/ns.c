@@ -181,12 +181,16 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 
 int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e)
 {
-	char um[64], gm[64];
-	snprintf(um, sizeof um, "0 %u 65536\n", c->users_base);
-	snprintf(gm, sizeof gm, "0 %u 65536\n", c->users_gbase);
-	_cleanup_close_ int ns = idmap_userns_maps(c, um, gm, e);
-	if (ns < 0)
-		return -1;
+	/* one namespace serves every lower layer (the same maps) */
+	if (c->users_range_ns < 0) {
+		char um[64], gm[64];
+		snprintf(um, sizeof um, "0 %u 65536\n", c->users_base);
+		snprintf(gm, sizeof gm, "0 %u 65536\n", c->users_gbase);
+		c->users_range_ns = idmap_userns_maps(c, um, gm, e);
+		if (c->users_range_ns < 0)
+			return -1;
+	}
+	int ns = c->users_range_ns;
 	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", op->src);

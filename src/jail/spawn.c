@@ -313,7 +313,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->st_rd = c->st_wr = -1;
 	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->gate_child[0] = c->gate_child[1] = -1;
-	c->users_lock = -1;
+	c->users_lock = c->users_range_ns = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
 

@@ -221,6 +221,10 @@ void jail_users_free(struct jail_ctx *c)
 		close(c->users_lock);
 		c->users_lock = -1;
 	}
+	if (c->users_range_ns >= 0) {
+		close(c->users_range_ns);
+		c->users_range_ns = -1;
+	}
 }
 
 /* Docker's default capabilities less NET_RAW (no raw sockets in moat):

@@ -334,3 +334,25 @@ def test_root_cannot_read_debconf_passwords(run):
         pytest.skip("needs root and a non-empty passwords.dat")
     r = users(run, f"wc -c < {p}", root=True)
     assert r.stdout.strip() == "0", r.stdout + r.stderr
+
+
+def test_rootless_without_subordinate_ids_fails_clearly(base):
+    """Root pass: `nobody` has no /etc/subuid range: exit 125 naming it."""
+    if not IS_ROOT or not shutil.which("runuser"):
+        pytest.skip("needs root to run moat as another user")
+    import pwd
+    try:
+        nobody = pwd.getpwnam("nobody")
+    except KeyError:
+        pytest.skip("no user nobody")
+    if any(l.split(":")[0] in ("nobody", str(nobody.pw_uid))
+           for l in Path("/etc/subuid").read_text().splitlines()):
+        pytest.skip("nobody has a subordinate range here")
+    w = base / "nobody-ws"
+    w.mkdir()
+    os.chmod(w, 0o777)
+    r = subprocess.run(["runuser", "-u", "nobody", "--", "env", f"HOME={w}", MOAT, "run",
+                        "-w", str(w), "--users", "--", "/bin/true"],
+                       capture_output=True, text=True, timeout=30, cwd=str(w))
+    assert r.returncode == 125, r.stdout + r.stderr
+    assert "/etc/subuid" in r.stderr and "newuidmap" in r.stderr

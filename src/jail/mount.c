@@ -722,8 +722,9 @@ static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 		return -1;
 	if (mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
-				    "overlay of root filesystem %s (kernel without overlayfs "
-				    "in user namespaces?)", op->src);
+				    "overlay of %s %s (kernel without overlayfs in user "
+				    "namespaces, or over id-mapped layers?)",
+				    strcmp(op->dst, "/") ? "system directory" : "root filesystem", op->src);
 	return 0;
 }
 

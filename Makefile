@@ -169,8 +169,7 @@ FUZZ_LIBS_connect  := -ljansson
 FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
-FUZZ_SRC_envd      := $(E2B_ENVD_SRC) \
-                      src/serve/connect.c src/serve/multipart.c src/serve/http.c \
+FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c \
                       src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))

@@ -96,12 +96,32 @@ struct moat_policy {
 	uint64_t cpu_milli;  /* 1000 = one CPU; 0 = no limit */
 	uint64_t timeout_ms; /* 0 = none */
 	int64_t quotas[MOAT_QUOTAS]; /* -1 = the default (moat_jail_quota_defaults) */
+	/* Users mode (docs/policy.md "Users mode"): inside ids 0..65535 map
+	 * to a host range of the sandbox's own (root: a per-sandbox slot of
+	 * a reserved band; rootless: the caller's /etc/subuid range through
+	 * newuidmap, the caller itself being 1000), root (0) keeps Docker's
+	 * default capabilities within the sandbox's user namespace, and the
+	 * system directories are private copy-on-write overlays (root only;
+	 * rootless they stay read-only). */
+	bool users;
+	bool users_root;      /* moat run: the command runs as root (0), else as user (1000);
+			       * an agent always starts as root */
+	int32_t users_slot;   /* root: the id slot (MOAT_USERS_SLOTS), -1 = the
+			       * engine takes a free one of its own half */
 	bool allow_degraded;
 	struct moat_strv warnings; /* for the front-end to print */
 	struct moat_strv hidden;   /* set by finalize: secrets to mask */
 	struct moat_strv origins;  /* "PATH\x1fWHERE": a path's source, for messages */
 	bool finalized;
 };
+
+/* Users mode's host id band (run as root): slot s owns host ids
+ * MOAT_USERS_BAND + s * 65536 .. + 65535, for uids and gids alike. Slots
+ * below MOAT_USERS_SLOTS / 2 are moat serve's (recorded in its store), the
+ * others moat run's (held by a lock file while the run lasts). */
+#define MOAT_USERS_BAND 0x80000000u
+#define MOAT_USERS_SLOTS 4096
+#define MOAT_USERS_UID 1000 /* "user" inside; root is 0 */
 
 /* Secure defaults: system dirs read-only, workspace = cwd read-write, no
  * network, no limits, nothing of the caller's environment but the basics. */

@@ -3,6 +3,7 @@
  * See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "users.h"
 
 #include "../base/fdpass.h"
 #include "../base/utf8.h"
@@ -209,11 +210,9 @@ const char *agent_errno_code(int err)
 	}
 }
 
-static bool users_mode;
-
 bool agent_users_mode(void)
 {
-	return users_mode;
+	return agent_users_on();
 }
 
 bool agent_user_ok(const struct agent_req *r, json_t *req)
@@ -260,9 +259,13 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 	if (acts_as_user(op) && !agent_user_ok(&r, req))
 		return;
 	entry_new_request();
-	if (!strcmp(op, "exec"))
+	if (!strcmp(op, "exec")) {
 		proc_exec(&r, req, data, dl);
-	else if (!strcmp(op, "wait"))
+		return;
+	}
+	/* users mode: a file operation is the request's user's */
+	agent_fs_as(req);
+	if (!strcmp(op, "wait"))
 		proc_wait(&r, req);
 	else if (!strcmp(op, "stdin"))
 		proc_stdin(&r, req, data, dl);
@@ -308,6 +311,7 @@ static void dispatch(struct agent_conn *c, const struct moat_frame *f)
 					  (json_int_t)proc_running()), NULL, 0);
 	else
 		agent_fail(&r, "invalid_request", "unknown op %.64s", op);
+	agent_fs_self();
 }
 
 static void conn_read(struct agent_conn *c)
@@ -385,8 +389,7 @@ int main(void)
 			fcntl(4 + i, F_SETFD, FD_CLOEXEC);
 		}
 	/* users mode is the engine's to say, once, before any request */
-	const char *um = getenv("MOAT_AGENT_USERS");
-	users_mode = um && !strcmp(um, "1");
+	(void)agent_users_on();
 	fs_init();
 	/* jansson seeds its hash tables from /dev/urandom on first use: do it
 	 * now, before any request waits for it (a pool's sandbox starts long

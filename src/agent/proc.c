@@ -4,6 +4,7 @@
  * there (until "output"), or at its deadline (a yield). See agent.h. */
 #define _GNU_SOURCE
 #include "agent.h"
+#include "users.h"
 #include "resolve.h"
 
 #include <errno.h>
@@ -336,7 +337,7 @@ static int exec_path(char **argv, char **envp)
 
 static __attribute__((noreturn)) void child(char **argv, char **envp, const char *cwd,
 					    int cwdfd, int in, int out, int err, const char *pts,
-					    const struct winsize *ws, int null_in)
+					    const struct winsize *ws, int null_in, uid_t uid)
 {
 	sigset_t none;
 	sigemptyset(&none);
@@ -354,6 +355,10 @@ static __attribute__((noreturn)) void child(char **argv, char **envp, const char
 		in = null_in;
 	if (dup2(in, 0) < 0 || dup2(out, 1) < 0 || dup2(err, 2) < 0)
 		_exit(125);
+	if (agent_user_become(uid) < 0) {
+		say(2, "moat: ", "cannot become user", strerror(errno));
+		_exit(125);
+	}
 	if (fchdir(cwdfd) < 0) {
 		say(2, "moat: cannot enter ", cwd, strerror(errno));
 		_exit(125);
@@ -406,6 +411,9 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	char **argv = strv_from_json(json_object_get(req, "argv"), &ok_argv);
 	char **envp = strv_from_json(json_object_get(req, "env"), &ok_env);
 	const char *cwd = json_string_value(json_object_get(req, "cwd"));
+	uid_t uid = agent_user_uid(req); /* users mode: root (0) or user (1000) */
+	if (agent_users_on() && ok_env && !(envp = agent_user_env(envp, uid)))
+		ok_env = false;
 	bool tty = json_is_true(json_object_get(req, "tty"));
 	bool close_in = !json_is_false(json_object_get(req, "close_stdin"));
 	json_int_t timeout = json_integer_value(json_object_get(req, "timeout_ms"));
@@ -471,7 +479,7 @@ void proc_exec(const struct agent_req *r, json_t *req, const void *data, size_t 
 	}
 	if (pid == 0)
 		child(argv, envp, cwd, cwdfd, in[0], out[1], err[1], tty ? pts : NULL, &ws,
-		      null_in);
+		      null_in, uid);
 	memset(p, 0, sizeof *p);
 	p->id = next_id++;
 	if (next_id > 1000000000)

@@ -25,7 +25,7 @@ enum {
 	OPT_ALLOW_READ = 256, OPT_DENY_READ, OPT_ALLOW_WRITE, OPT_DENY_WRITE, OPT_ENV,
 	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
 	OPT_MODE, OPT_DEGRADED, OPT_ALLOW_DOMAIN, OPT_DENY_DOMAIN, OPT_RESOLVE, OPT_SECRET,
-	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING, OPT_QUOTA,
+	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING, OPT_QUOTA, OPT_USERS, OPT_USER,
 };
 
 static const struct option opts[] = {
@@ -52,6 +52,8 @@ static const struct option opts[] = {
 	{"net-log", required_argument, NULL, OPT_NET_LOG},
 	{"upstream-ca", required_argument, NULL, OPT_UPSTREAM_CA},
 	{"net-ceiling", required_argument, NULL, OPT_NET_CEILING},
+	{"users", no_argument, NULL, OPT_USERS},
+	{"user", required_argument, NULL, OPT_USER},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -87,6 +89,12 @@ static void usage(FILE *f)
 	      "      --srt-settings FILE sandbox-runtime (srt) settings file\n"
 	      "      --mode MODE         read-only | workspace-write | danger-full-access\n"
 	      "      --allow-degraded    run even if a protection layer is unavailable\n"
+	      "      --users             users mode: a computer with root (0) and user (1000),\n"
+	      "                          the command runs as user in /home/user's world; run\n"
+	      "                          as root, system directories are private copy-on-write\n"
+	      "                          (docs/policy.md \"Users mode\"); rootless it needs an\n"
+	      "                          /etc/subuid range and newuidmap\n"
+	      "      --user root|user    with --users: who runs the command (default user)\n"
 	      "\n"
 	      "exit status: the command's; 128+N if killed by signal N; 124 on timeout;\n"
 	      "125 moat's own error; 126 not executable; 127 not found.\n", f);
@@ -247,6 +255,8 @@ int moat_cmd_run(int argc, char **argv)
 		return moat_cli_fail("out of memory");
 	size_t nflags = 0;
 	const char *mode = NULL, *policy = NULL, *srt = NULL, *net_log = NULL, *upstream_ca = NULL;
+	const char *user = NULL;
+	bool users = false;
 	struct moat_strv ceiling = {0};
 	optind = 1;
 	opterr = 0;
@@ -280,6 +290,14 @@ int moat_cmd_run(int argc, char **argv)
 			break;
 		case OPT_NET_CEILING:
 			moat_strv_add(&ceiling, optarg);
+			break;
+		case OPT_USERS:
+			users = true;
+			break;
+		case OPT_USER:
+			if (strcmp(optarg, "root") != 0 && strcmp(optarg, "user") != 0)
+				return moat_cli_fail("--user: '%s' (expected root or user)", optarg);
+			user = optarg;
 			break;
 		default:
 			/* "--memory -- cmd" would take "--" as the size */
@@ -322,16 +340,29 @@ int moat_cmd_run(int argc, char **argv)
 	for (size_t i = 0; i < nflags; i++)
 		if (apply_flag(&p, &flags[i], cwd, home, &e) < 0)
 			goto out_err;
+	if (user && !users) {
+		moat_err_set(&e, MOAT_E_USAGE, 0, "--user: only with --users");
+		goto out_err;
+	}
+	p.users = users;
+	p.users_root = user && strcmp(user, "root") == 0;
 	if (moat_policy_finalize(&p, cwd, home, &e) < 0)
 		goto out_err;
+	/* users mode: the secrets hidden are the caller's home's (above),
+	 * the sandbox's own home is user's or root's */
+	const char *in_home = !users ? home : p.users_root ? "/root" : "/home/user";
 	for (size_t i = 0; i < p.warnings.n; i++)
 		fprintf(stderr, "moat: warning: %s\n", p.warnings.v[i]);
 	if (p.net == MOAT_NET_HOST)
 		fprintf(stderr, "moat: warning: --net host: the sandbox shares the host's network\n");
 	if (p.fs_base == MOAT_FS_HOST_WRITE)
 		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
-	if (moat_policy_build_env(&p, environ, home, &env, &e) < 0)
+	if (moat_policy_build_env(&p, environ, in_home, &env, &e) < 0)
 		goto out_err;
+	if (users) {
+		moat_strv_take(&env, moat_strdupf("USER=%s", p.users_root ? "root" : "user"));
+		moat_strv_take(&env, moat_strdupf("LOGNAME=%s", p.users_root ? "root" : "user"));
+	}
 	if (check_net_rules(&p, &e) < 0)
 		goto out_err;
 	if (p.gateway && run_gate_start(&p, &env, net_log, upstream_ca, &ceiling, &gate, &e) < 0)
@@ -353,7 +384,7 @@ int moat_cmd_run(int argc, char **argv)
 	struct moat_launch l = {
 		.argv = cmd,
 		.envp = env.v,
-		.home = home,
+		.home = in_home,
 		.die_with_parent = true,
 		.warn = warn_cb,
 	};

@@ -13,12 +13,15 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+static int no_new_privs(struct moat_err *e);
+
 int jail_caps_child(struct jail_ctx *c, struct moat_err *e)
 {
-	(void)c;
 	struct rlimit core = {0, 0};
 	if (setrlimit(RLIMIT_CORE, &core) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "RLIMIT_CORE");
+	if (c->users)
+		return jail_users_caps(c, e) < 0 ? -1 : no_new_privs(e);
 	unsigned long bits = SECBIT_NOROOT | SECBIT_NOROOT_LOCKED |
 			     SECBIT_NO_SETUID_FIXUP | SECBIT_NO_SETUID_FIXUP_LOCKED |
 			     SECBIT_KEEP_CAPS_LOCKED | SECBIT_NO_CAP_AMBIENT_RAISE |
@@ -39,6 +42,11 @@ int jail_caps_child(struct jail_ctx *c, struct moat_err *e)
 	struct __user_cap_data_struct d[2] = {{0, 0, 0}, {0, 0, 0}};
 	if (syscall(SYS_capset, &h, d) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "drop capabilities");
+	return no_new_privs(e);
+}
+
+static int no_new_privs(struct moat_err *e)
+{
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_NO_NEW_PRIVS");
 	/* Non-dumpable: the sandboxed command (same uid) may not ptrace or

@@ -26,7 +26,9 @@ enum mop_kind {
 	MOP_PROTECT, /* dst: writable root; write-protect mandatory names */
 	MOP_ROOT_RO, /* make the new root tmpfs read-only */
 	MOP_OVERLAY, /* src (host rootfs) read-only, under a writable overlay
-		      * on a private tmpfs (size), as the new root */
+		      * on a private tmpfs (size), as the new root; users
+		      * mode: a system directory over its host one */
+	MOP_USERS_ETC, /* users mode: /etc/passwd and /etc/group of root and user */
 };
 
 #define MOP_F_RDONLY 1u
@@ -54,6 +56,7 @@ struct mop {
 	struct moat_strv watch;   /* MOP_PROTECT: existing-only names missing at start */
 	struct moat_strv secrets; /* MOP_PROTECT: missing secrets paths (relative):
 				   * parents created for real, the leaf protected */
+	bool user_owned;          /* MOP_TMPFS: users mode, owned by user (1000) */
 	int ph_pin;               /* MOP_PROTECT: O_PATH on the inode the host's
 				   * file placeholders share, or -1 */
 };
@@ -85,6 +88,12 @@ struct jail_ctx {
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
 	int64_t quota[MOAT_QUOTAS];     /* ceilings the child sets (quota.c) */
+	bool users;                     /* users mode (users.c) */
+	uint32_t users_base, users_gbase; /* host id of inside 0 (rootless: the subid
+					 * range, inside 1000 being the caller) */
+	int users_lock;                 /* moat run as root: the slot's lock, or -1 */
+	int users_range_ns;             /* root: the id-map of system lower layers, or -1 */
+	char *users_passwd, *users_group; /* the sandbox's /etc/passwd and /etc/group */
 	struct moat_strv protect_roots; /* host paths with placeholders */
 	int *locks;                     /* shared flock on each of them */
 	size_t nlocks;
@@ -119,6 +128,20 @@ int jail_ns_child(struct jail_ctx *c, struct moat_err *e);
 void jail_ns_free(struct jail_ctx *c);
 /* Root mode: turn a writable bind op into a detached id-mapped mount. */
 int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e);
+
+/* users.c: users mode. prepare: the id range (a slot or the caller's
+ * subordinate ids); parent: the maps (newuidmap rootless); caps: Docker's
+ * set for root, the final identity of moat run's command. */
+int jail_users_prepare(struct jail_ctx *c, struct moat_err *e);
+int jail_users_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e);
+int jail_users_caps(struct jail_ctx *c, struct moat_err *e);
+void jail_users_free(struct jail_ctx *c);
+uint64_t jail_users_capset(void);
+/* The sandbox's /etc/passwd and /etc/group (malloc'd; aborts on OOM). */
+void jail_users_accounts(char **passwd, char **group);
+/* Root: a system directory as an overlay's lower layer, its ids 0..65535
+ * shown as the sandbox's (host root's files are root's inside). */
+int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e);
 
 /* mount.c */
 int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e);

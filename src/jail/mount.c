@@ -17,6 +17,7 @@
 #include "../base/cleanup.h"
 #include "../base/util.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <fcntl.h>
@@ -125,6 +126,88 @@ static int bind_cmp(const void *a, const void *b)
 	return lx < ly ? -1 : lx > ly;
 }
 
+/* Users mode as root: /var is a private directory of root's, with
+ * copy-on-write layers of the package managers' state (dpkg, apt,
+ * debconf), so that root can install a package; the rest of the host's
+ * /var (logs, other daemons' data) stays out of the view. */
+static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct moat_err *e);
+
+static const char *const users_var_dirs[] = {
+	"/var/lib/dpkg", "/var/lib/apt", "/var/cache/debconf", NULL,
+};
+
+static int users_var(struct jail_ctx *c, struct moat_err *e)
+{
+	add_op(c, MOP_TMPFS, NULL, "/var", 0, LL_RW)->mode = 0755;
+	static const char *const dirs[] = {"/var/tmp", "/var/log", "/var/cache/apt", NULL};
+	for (size_t i = 0; dirs[i]; i++)
+		add_op(c, MOP_TMPFS, NULL, dirs[i], 0, LL_RW)->mode =
+			strcmp(dirs[i], "/var/tmp") ? 0755 : 01777;
+	for (size_t i = 0; users_var_dirs[i]; i++) {
+		struct stat st;
+		if (lstat(users_var_dirs[i], &st) < 0 || !S_ISDIR(st.st_mode))
+			continue;
+		struct mop *ov = add_op(c, MOP_OVERLAY, users_var_dirs[i], users_var_dirs[i],
+					MOP_F_SHARED, LL_RW);
+		if (jail_ns_prepare_idmapped_range(c, ov, e) < 0 ||
+		    users_masks(c, users_var_dirs[i], 0, e) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* Users mode as root: host root's files are root's inside, so what only
+ * root may read on the host (mode without "others" read: /etc/shadow,
+ * ssh host keys, /etc/ssl/private, ...) would be readable by the
+ * sandbox's root. Mask every such entry of a tree (a directory whole). */
+static bool dir_empty(const char *path)
+{
+	DIR *d = opendir(path);
+	if (!d)
+		return false;
+	struct dirent *de;
+	int n = 0;
+	while ((de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			n++;
+	closedir(d);
+	return n == 0;
+}
+
+static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct moat_err *e)
+{
+	if (depth > 16)
+		return 0;
+	DIR *d = opendir(dir);
+	if (!d)
+		return 0;
+	struct dirent *de;
+	int rc = 0;
+	while (rc == 0 && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		char path[PATH_MAX];
+		if (snprintf(path, sizeof path, "%s/%s", dir, de->d_name) >= (int)sizeof path)
+			continue;
+		struct stat st;
+		if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0 || S_ISLNK(st.st_mode))
+			continue;
+		bool dir_ = S_ISDIR(st.st_mode);
+		bool open_ = dir_ ? (st.st_mode & (S_IROTH | S_IXOTH)) == (S_IROTH | S_IXOTH)
+				  : (st.st_mode & S_IROTH) || !S_ISREG(st.st_mode);
+		/* nothing to hide in an empty file or directory (dpkg's and
+		 * apt's lock files and partial/ directories must stay usable) */
+		if (!open_ && (dir_ ? dir_empty(path) : st.st_size == 0))
+			continue;
+		if (!open_)
+			add_op(c, MOP_MASK, NULL, path, 0, LL_NONE);
+		else if (dir_)
+			rc = users_masks(c, path, depth + 1, e);
+	}
+	closedir(d);
+	return rc;
+}
+
 int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 {
 	const struct moat_policy *p = c->p;
@@ -158,11 +241,22 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 							    "readlink %s", system_dirs[i]);
 				target[n] = '\0';
 				add_op(c, MOP_SYMLINK, target, system_dirs[i], 0, LL_NONE);
+			} else if (p->users && c->host_root) {
+				/* users mode: a private copy-on-write layer over
+				 * the host's directory, host root's files root's */
+				struct mop *ov = add_op(c, MOP_OVERLAY, system_dirs[i],
+							system_dirs[i], MOP_F_SHARED, LL_RW);
+				if (jail_ns_prepare_idmapped_range(c, ov, e) < 0)
+					return -1;
 			} else {
 				add_op(c, MOP_BIND, system_dirs[i], system_dirs[i],
 				       MOP_F_RDONLY, LL_RO);
 			}
 		}
+		if (p->users && c->host_root && users_var(c, e) < 0)
+			return -1;
+		if (p->users && c->host_root && users_masks(c, "/etc", 0, e) < 0)
+			return -1;
 	} else {
 		bool rw = p->fs_base == MOAT_FS_HOST_WRITE;
 		add_op(c, MOP_BIND, "/", "/", rw ? 0 : MOP_F_RDONLY, rw ? LL_RW : LL_RO);
@@ -198,8 +292,22 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		/* A private, empty home unless the policy shows the real one. */
 		if (home && !covered_by(&p->allow_read, home) &&
 		    !covered_by(&p->allow_write, home) &&
-		    !moat_path_within(home, p->workspace))
-			add_op(c, MOP_TMPFS, NULL, home, 0, LL_RW)->mode = 0700;
+		    !moat_path_within(home, p->workspace)) {
+			struct mop *h = add_op(c, MOP_TMPFS, NULL, home, 0, LL_RW);
+			h->mode = p->users ? 0750 : 0700;
+			h->user_owned = p->users && strcmp(home, "/root") != 0;
+		}
+		if (p->users) {
+			/* both users' homes, and the accounts they belong to */
+			if (!home || strcmp(home, "/root") != 0)
+				add_op(c, MOP_TMPFS, NULL, "/root", 0, LL_RW)->mode = 0700;
+			if (!home || strcmp(home, "/home/user") != 0) {
+				struct mop *h = add_op(c, MOP_TMPFS, NULL, "/home/user", 0, LL_RW);
+				h->mode = 0750;
+				h->user_owned = true;
+			}
+			add_op(c, MOP_USERS_ETC, NULL, "/etc", 0, LL_NONE);
+		}
 	}
 
 
@@ -231,6 +339,7 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			struct mop *t = add_op(c, MOP_TMPFS, NULL, dst,
 					       b[i].rw ? 0 : MOP_F_RDONLY, b[i].rw ? LL_RW : LL_RO);
 			t->mode = 0755;
+			t->user_owned = p->users;
 			/* a directory of the size-bounded setup tmpfs (see
 			 * jail_mount_child), not a filesystem of its own */
 			t->size = 0;
@@ -422,19 +531,25 @@ static int op_bind(const struct mop *op, const char *src, const char *dst,
 /* Every "tmpfs" of the sandbox (/, /tmp, the home, /dev, /dev/shm) is a
  * directory of the one setup tmpfs, bound into place: one superblock to
  * create and tear down instead of six. Returns the bound directory. */
-static int scratch_bind(const char *dst, unsigned mode, uint64_t attrs,
-			struct moat_err *e)
+static int scratch_bind_as(const char *dst, unsigned mode, uint64_t attrs, bool user,
+			   struct moat_err *e)
 {
 	static unsigned n;
 	char dir[32];
 	snprintf(dir, sizeof dir, "/s%u", n++);
-	if (mkdir(dir, 0700) < 0 || chmod(dir, mode) < 0)
+	if (mkdir(dir, 0700) < 0 || chmod(dir, mode) < 0 ||
+	    (user && chown(dir, MOAT_USERS_UID, MOAT_USERS_UID) < 0))
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "scratch dir for %s", dst);
 	if (make_mountpoint(dst, true, e) < 0)
 		return -1;
 	if (mount(dir, dst, NULL, MS_BIND, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "private directory on %s", dst);
 	return set_attr(AT_FDCWD, dst, 0, attrs, dst, e);
+}
+
+static int scratch_bind(const char *dst, unsigned mode, uint64_t attrs, struct moat_err *e)
+{
+	return scratch_bind_as(dst, mode, attrs, false, e);
 }
 
 static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
@@ -452,9 +567,11 @@ static int op_tmpfs(const struct mop *op, const char *dst, struct moat_err *e)
 			return -1;
 		if (mount("tmpfs", dst, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "tmpfs on %s", op->dst);
+		if (op->user_owned && chown(dst, MOAT_USERS_UID, MOAT_USERS_UID) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "chown %s", op->dst);
 		return 0;
 	}
-	return scratch_bind(dst, op->mode, attrs, e);
+	return scratch_bind_as(dst, op->mode, attrs, op->user_owned, e);
 }
 
 static int op_proc(const char *dst, struct moat_err *e)
@@ -552,13 +669,27 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 
 /* The image read-only, the sandbox's changes in a tmpfs of its own: the
  * image is never written and every sandbox starts from it afresh. */
-static int op_overlay(const struct mop *op, const char *lower, struct moat_err *e)
+static int op_overlay(const struct mop *op, const char *lower, const char *dst,
+		      struct moat_err *e)
 {
 	char opts[PATH_MAX + 128];
+	/* the image's scratch is /ovl; users mode's system directories have
+	 * one each, /ovl-usr, /ovl-etc, ... */
+	char d[PATH_MAX], up[PATH_MAX + 8], wk[PATH_MAX + 8], lo[PATH_MAX + 8];
+	if (strcmp(op->dst, "/") == 0)
+		snprintf(d, sizeof d, "/ovl");
+	else {
+		snprintf(d, sizeof d, "/ovl-%s", op->dst + 1);
+		for (char *q = d + 1; *q; q++)
+			if (*q == '/')
+				*q = '-';
+	}
+	snprintf(up, sizeof up, "%s/upper", d);
+	snprintf(wk, sizeof wk, "%s/work", d);
+	snprintf(lo, sizeof lo, "%s/lower", d);
 	if (op->flags & MOP_F_SHARED) {
 		/* changes in the setup tmpfs: the sandbox's disk budget */
-		if (mkdir("/ovl", 0700) < 0 || mkdir("/ovl/upper", 0755) < 0 ||
-		    mkdir("/ovl/work", 0755) < 0)
+		if (mkdir(d, 0700) < 0 || mkdir(up, 0755) < 0 || mkdir(wk, 0755) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s",
 					    op->src);
 	} else if (op->size)
@@ -566,27 +697,62 @@ static int op_overlay(const struct mop *op, const char *lower, struct moat_err *
 	else
 		snprintf(opts, sizeof opts, "mode=0755");
 	if (!(op->flags & MOP_F_SHARED) &&
-	    (mkdir("/ovl", 0700) < 0 || mount("tmpfs", "/ovl", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
-	     mkdir("/ovl/upper", 0755) < 0 || mkdir("/ovl/work", 0755) < 0))
+	    (mkdir(d, 0700) < 0 || mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
+	     mkdir(up, 0755) < 0 || mkdir(wk, 0755) < 0))
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
 	if (op->fd >= 0) { /* root mode: the image id-mapped by the host */
-		if (mkdir("/ovl/lower", 0755) < 0 ||
-		    move_mount(op->fd, "", AT_FDCWD, "/ovl/lower", MOVE_MOUNT_F_EMPTY_PATH) < 0)
+		if (mkdir(lo, 0755) < 0 ||
+		    move_mount(op->fd, "", AT_FDCWD, lo, MOVE_MOUNT_F_EMPTY_PATH) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped %s",
 					    op->src);
 	} else {
 		/* Bound at a neutral path first: overlayfs shows its lowerdir=
 		 * in the sandbox's mountinfo and mounts, and the image's host
 		 * path is none of the sandbox's business. */
-		if (mkdir("/ovl/lower", 0755) < 0 ||
-		    mount(lower, "/ovl/lower", NULL, MS_BIND | MS_REC, NULL) < 0)
+		if (mkdir(lo, 0755) < 0 ||
+		    mount(lower, lo, NULL, MS_BIND | MS_REC, NULL) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind %s", op->src);
 	}
-	if (mount("overlay", NEW, "overlay", MS_NOSUID | MS_NODEV,
-		  "lowerdir=/ovl/lower,upperdir=/ovl/upper,workdir=/ovl/work") < 0)
+	/* the upper root gives the overlay's root its owner and mode */
+	struct stat st;
+	if (stat(lo, &st) == 0 && chmod(up, st.st_mode & 07777) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
+	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", lo, up, wk);
+	if (strcmp(op->dst, "/") != 0 && make_mountpoint(dst, true, e) < 0)
+		return -1;
+	if (mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
-				    "overlay of root filesystem %s (kernel without overlayfs "
-				    "in user namespaces?)", op->src);
+				    "overlay of %s %s (kernel without overlayfs in user "
+				    "namespaces, or over id-mapped layers?)",
+				    strcmp(op->dst, "/") ? "system directory" : "root filesystem", op->src);
+	return 0;
+}
+
+/* Users mode: /etc/passwd and /etc/group know root and user. Root as
+ * host root (/etc an overlay): written into the sandbox's copy, which
+ * root may change; rootless (/etc read-only): read-only files bound over. */
+static int op_users_etc(struct jail_ctx *c, const char *dst, struct moat_err *e)
+{
+	const char *names[] = {"passwd", "group"};
+	const char *text[] = {c->users_passwd, c->users_group};
+	for (int i = 0; i < 2; i++) {
+		char path[PATH_MAX], src[64];
+		snprintf(path, sizeof path, "%s/%s", dst, names[i]);
+		snprintf(src, sizeof src, c->host_root ? "%s" : "/users-%s",
+			 c->host_root ? path : names[i]);
+		_cleanup_close_ int fd = open(src, O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW |
+						   O_CLOEXEC, 0644);
+		if (fd < 0 || moat_write_all(fd, text[i], strlen(text[i])) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: write %s", src);
+		if (c->host_root)
+			continue;
+		if (make_mountpoint(path, false, e) < 0)
+			return -1;
+		if (mount(src, path, NULL, MS_BIND, NULL) < 0 ||
+		    set_attr(AT_FDCWD, path, 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+			     MOUNT_ATTR_NODEV, path, e) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: %s", path);
+	}
 	return 0;
 }
 
@@ -635,7 +801,9 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 	case MOP_PROTECT:
 		return op_protect(c, rootfd, op, e);
 	case MOP_OVERLAY:
-		return op_overlay(op, src, e);
+		return op_overlay(op, src, dst, e);
+	case MOP_USERS_ETC:
+		return op_users_etc(c, dst, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}

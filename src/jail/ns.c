@@ -33,8 +33,9 @@
 
 int jail_ns_prepare(struct jail_ctx *c, struct moat_err *e)
 {
-	(void)e;
 	c->host_root = geteuid() == 0;
+	if (c->p->users)
+		return jail_users_prepare(c, e);
 	if (c->host_root) {
 		c->uid_out = MOAT_HOST_UID;
 		c->gid_out = MOAT_HOST_UID;
@@ -79,8 +80,8 @@ static int idle_child(void *arg)
  * fd opened: a CLONE_VM child on a small stack of its own (no page-table
  * copy) that never has to run. It is killed at once but reaped only in
  * jail_ns_free(), so we never wait for it to be scheduled. */
-static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
-			gid_t to_gid, struct moat_err *e)
+static int idmap_userns_maps(struct jail_ctx *c, const char *um, const char *gm,
+			     struct moat_err *e)
 {
 	if (c->nhelpers == JAIL_MAX_HELPERS)
 		return moat_err_set(e, MOAT_E_USAGE, 0, "too many writable paths");
@@ -96,9 +97,7 @@ static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
 	}
 	c->helpers[c->nhelpers] = pid;
 	c->helper_stacks[c->nhelpers++] = stack;
-	char um[64], gm[64], path[64];
-	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
-	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
+	char path[64];
 	int fd = -1;
 	if (write_maps(pid, um, gm, false, e) == 0) {
 		snprintf(path, sizeof path, "/proc/%d/ns/user", (int)pid);
@@ -108,6 +107,15 @@ static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
 	}
 	kill(pid, SIGKILL);
 	return fd;
+}
+
+static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
+			gid_t to_gid, struct moat_err *e)
+{
+	char um[64], gm[64];
+	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
+	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
+	return idmap_userns_maps(c, um, gm, e);
 }
 
 void jail_ns_free(struct jail_ctx *c)
@@ -130,8 +138,25 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	struct stat st;
 	if (stat(op->src, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", op->src);
-	_cleanup_close_ int ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out,
-					      c->gid_out, e);
+	_cleanup_close_ int ns = -1;
+	if (c->users && op->kind != MOP_OVERLAY) {
+		/* users mode: the owner is user (1000) inside, and what the
+		 * sandbox's other ids (root...) create keeps their host id of
+		 * the sandbox's range, instead of failing with EOVERFLOW */
+		char um[192], gm[192];
+		const uint32_t b = c->users_base, g = c->users_gbase;
+		snprintf(um, sizeof um, "%u %u 1\n%u %u 1000\n%u %u 64535\n",
+			 (unsigned)st.st_uid, b + 1000, b, b, b + 1001, b + 1001);
+		snprintf(gm, sizeof gm, "%u %u 1\n%u %u 1000\n%u %u 64535\n",
+			 (unsigned)st.st_gid, g + 1000, g, g, g + 1001, g + 1001);
+		if ((st.st_uid >= b && st.st_uid - b < 65536) ||
+		    (st.st_gid >= g && st.st_gid - g < 65536))
+			return moat_err_set(e, MOAT_E_USAGE, 0, "%s belongs to the sandbox's "
+					    "own id range", op->src);
+		ns = idmap_userns_maps(c, um, gm, e);
+	} else {
+		ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out, c->gid_out, e);
+	}
 	if (ns < 0)
 		return -1;
 	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src,
@@ -151,6 +176,34 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	op->fd = steal_fd(&fd);
 	if (!lower)
 		op->kind = MOP_BIND_FD;
+	return 0;
+}
+
+int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e)
+{
+	/* one namespace serves every lower layer (the same maps) */
+	if (c->users_range_ns < 0) {
+		char um[64], gm[64];
+		snprintf(um, sizeof um, "0 %u 65536\n", c->users_base);
+		snprintf(gm, sizeof gm, "0 %u 65536\n", c->users_gbase);
+		c->users_range_ns = idmap_userns_maps(c, um, gm, e);
+		if (c->users_range_ns < 0)
+			return -1;
+	}
+	int ns = c->users_range_ns;
+	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", op->src);
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    MOUNT_ATTR_RDONLY,
+		.userns_fd = (uint64_t)ns,
+	};
+	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "users mode: id-mapped lower layer %s (kernel or "
+				    "filesystem without MOUNT_ATTR_IDMAP)", op->src);
+	op->fd = steal_fd(&fd);
 	return 0;
 }
 
@@ -175,6 +228,8 @@ pid_t jail_ns_clone(struct jail_ctx *c, struct moat_err *e)
 
 int jail_ns_parent(struct jail_ctx *c, pid_t pid, struct moat_err *e)
 {
+	if (c->users)
+		return jail_users_parent(c, pid, e);
 	char um[64], gm[64];
 	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)c->uid_in, (unsigned)c->uid_out);
 	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)c->gid_in, (unsigned)c->gid_out);
@@ -187,7 +242,7 @@ int jail_ns_child(struct jail_ctx *c, struct moat_err *e)
 {
 	/* Supplementary groups are kernel gids: root's group 0 would still
 	 * grant group access on the host filesystem. Drop them. */
-	if (c->host_root && setgroups(0, NULL) < 0)
+	if ((c->host_root || c->users) && setgroups(0, NULL) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setgroups");
 	if (prctl(PR_SET_KEEPCAPS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_KEEPCAPS");

@@ -238,6 +238,7 @@ static void ctx_free(struct jail_ctx *c)
 {
 	jail_mount_free(c);
 	jail_ns_free(c);
+	jail_users_free(c);
 	moat_strv_free(&c->protect_roots);
 	if (c->go) {
 		munmap((void *)c->go, JAIL_SHARED_SIZE);
@@ -312,6 +313,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->st_rd = c->st_wr = -1;
 	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->gate_child[0] = c->gate_child[1] = -1;
+	c->users_lock = c->users_range_ns = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
 

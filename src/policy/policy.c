@@ -50,6 +50,7 @@ void moat_policy_init(struct moat_policy *p)
 	p->net = MOAT_NET_NONE;
 	for (int i = 0; i < MOAT_QUOTAS; i++)
 		p->quotas[i] = -1;
+	p->users_slot = -1;
 }
 
 void moat_policy_free(struct moat_policy *p)
@@ -279,6 +280,16 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 		return moat_err_set(e, MOAT_E_USAGE, 0,
 				    "workspace /: refusing to make the whole "
 				    "filesystem writable (use --mode danger-full-access)");
+
+	/* Users mode builds its own system view: only over the host's system
+	 * directories, and a slot is the host band's (docs/policy.md). */
+	if (p->users && (p->fs_base != MOAT_FS_SYSTEM || p->rootfs))
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "users mode needs the default filesystem view (no --mode "
+				    "read-only/workspace-write/danger-full-access, no image)");
+	if (p->users && p->users_slot >= MOAT_USERS_SLOTS)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "users mode: id slot %d out of range",
+				    (int)p->users_slot);
 
 	if (resolve_list(p, &p->allow_read, true, "allow-read", e) < 0 ||
 	    resolve_list(p, &p->allow_write, true, "allow-write", e) < 0 ||

@@ -36,6 +36,7 @@
 #include <unistd.h>
 
 #define SANDBOX_HOME "/home/sandbox"
+#define USERS_HOME "/home/user"
 #define WORKSPACE "/workspace"
 
 struct call {
@@ -615,6 +616,35 @@ static json_t *spec_json(const struct box_spec *s)
 	return o;
 }
 
+/* ---- users mode's host id slots ------------------------------------------
+ * A sandbox with users owns host ids MOAT_USERS_BAND + slot * 65536 ...
+ * (src/jail/users.c); its spec records "idbase", so that a restarted
+ * daemon, which adopts the sandboxes still alive, never hands a live
+ * range out again. moat serve takes the lower half of the slots. */
+static bool slot_used_by(const struct box *b, json_int_t base)
+{
+	json_t *v = b && b->spec ? json_object_get(b->spec, "idbase") : NULL;
+	return v && json_integer_value(v) == base;
+}
+
+static int users_slot(void)
+{
+	for (int s = 0; s < MOAT_USERS_SLOTS / 2; s++) {
+		json_int_t base = (json_int_t)MOAT_USERS_BAND + (json_int_t)s * 65536;
+		bool used = false;
+		for (size_t i = 0; i < nboxes && !used; i++)
+			used = slot_used_by(boxes[i], base);
+		for (size_t i = 0; i < npool && !used; i++)
+			used = slot_used_by(pool[i], base);
+		for (struct box *b = spawns; b && !used; b = b->sp->next)
+			used = slot_used_by(b, base);
+		if (!used)
+			return s;
+	}
+	return -1;
+}
+
+
 /* ---- the egress gateway of a sandbox ------------------------------------- */
 
 static void strings_into(json_t *a, struct moat_strv *out)
@@ -948,7 +978,22 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	network_policy(spec->network, p);
 	for (int i = 0; i < MOAT_QUOTAS; i++)
 		p->quotas[i] = quota_of(spec, i);
-	if (moat_policy_finalize(p, cwd, SANDBOX_HOME, e) < 0)
+	const char *home = SANDBOX_HOME;
+	if (spec->users) { /* root and user: docs/SECURITY.md "Users mode" */
+		home = USERS_HOME;
+		p->users = true;
+		if (geteuid() == 0) {
+			if ((p->users_slot = users_slot()) < 0) {
+				moat_err_set(e, MOAT_E_USAGE, EAGAIN, "every users-mode id slot is in use");
+				goto fail;
+			}
+			json_object_set_new(b->spec, "idbase",
+					    json_integer((json_int_t)MOAT_USERS_BAND +
+							 (json_int_t)p->users_slot * 65536));
+		}
+		moat_strv_add(&sp->env, "MOAT_AGENT_USERS=1");
+	}
+	if (moat_policy_finalize(p, cwd, home, e) < 0)
 		goto fail;
 	seed_repos(spec, p);
 	moat_strv_add(&sp->env, "PATH=/usr/local/bin:/usr/bin:/bin");
@@ -959,7 +1004,7 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	sp->l = (struct moat_launch){
 		.argv = sp->argv,
 		.envp = sp->env.v,
-		.home = SANDBOX_HOME,
+		.home = home,
 		.cwd = WORKSPACE,
 		.die_with_parent = false,
 		.agent = true,

@@ -1676,3 +1676,38 @@ Test(hidden, mandatory_deny)
 	cr_assert(mcp);
 	cr_assert_geq(n, 10);
 }
+
+/* Users mode builds its own system view: the host views and images are
+ * refused with it, and a slot must lie in the band. */
+Test(policy, users_mode_needs_the_default_view)
+{
+	char *dir = tmp_dir();
+	const char *modes[] = {"read-only", "workspace-write", "danger-full-access"};
+	for (size_t i = 0; i < 3; i++) {
+		struct moat_policy p;
+		struct moat_err e = {0};
+		moat_policy_init(&p);
+		cr_assert_eq(p.users_slot, -1);
+		cr_assert_eq(moat_policy_set_mode(&p, modes[i], &e), 0, "%s", e.msg);
+		p.users = true;
+		p.workspace = strdup(dir);
+		cr_assert_eq(moat_policy_finalize(&p, dir, "/nonexistent-home", &e), -1, "%s", modes[i]);
+		cr_assert(strstr(e.msg, "users mode"), "%s", e.msg);
+		moat_policy_free(&p);
+	}
+	struct moat_policy p;
+	struct moat_err e = {0};
+	moat_policy_init(&p);
+	p.users = true;
+	p.users_slot = MOAT_USERS_SLOTS;
+	p.workspace = strdup(dir);
+	cr_assert_eq(moat_policy_finalize(&p, dir, "/nonexistent-home", &e), -1);
+	cr_assert(strstr(e.msg, "slot"), "%s", e.msg);
+	moat_policy_free(&p);
+	moat_policy_init(&p);
+	p.users = true;
+	p.workspace = strdup(dir);
+	cr_assert_eq(moat_policy_finalize(&p, dir, "/nonexistent-home", &e), 0, "%s", e.msg);
+	moat_policy_free(&p);
+	tmp_rm(dir);
+}

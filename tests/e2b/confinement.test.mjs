@@ -120,9 +120,8 @@ describe('confinement', { timeout: 120_000 }, () => {
     } finally {
       if (IS_ROOT) {
         for (const [p, o] of orig) {
-          if (!o.data) continue
           try {
-            if (!fs.existsSync(p) || sha256(fs.readFileSync(p)) !== o.sum) fs.writeFileSync(p, o.data)
+            if (o.data && (!fs.existsSync(p) || sha256(fs.readFileSync(p)) !== o.sum)) fs.writeFileSync(p, o.data)
             fs.chmodSync(p, o.st.mode & 0o7777)
             fs.chownSync(p, o.st.uid, o.st.gid)
           } catch {}

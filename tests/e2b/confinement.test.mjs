@@ -35,9 +35,9 @@ after(async () => {
 async function sh(cmd, user) {
   try {
     const r = await s.commands.run(cmd, { user, timeoutMs: 30_000 })
-    return { exitCode: r.exitCode, out: r.stdout + r.stderr }
+    return { exitCode: r.exitCode, out: r.stdout + r.stderr, stdout: r.stdout }
   } catch (e) {
-    if (e && typeof e.exitCode === 'number') return { exitCode: e.exitCode, out: (e.stdout || '') + (e.stderr || '') }
+    if (e && typeof e.exitCode === 'number') return { exitCode: e.exitCode, out: (e.stdout || '') + (e.stderr || ''), stdout: e.stdout || '' }
     throw e
   }
 }
@@ -65,9 +65,9 @@ describe('confinement', { timeout: 120_000 }, () => {
         assert.ok(!f.includes(secret) && !f.includes(d.token), `files.read(${p}) as ${user}: ${f}`)
       }
       // search the whole visible tree for it
-      const g = await sh('timeout 30 grep -rIls --exclude-dir={proc,sys,dev,usr,lib,lib32,lib64,libx32,bin,sbin} ' +
+      const g = await sh('timeout 15 grep -rIls --exclude-dir={proc,sys,dev,usr,lib,lib32,lib64,libx32,bin,sbin} ' +
         `-e ${secret} -e ${d.token} / 2>/dev/null | head -5`, user)
-      assert.equal(g.out.trim(), '', `found: ${g.out}`)
+      assert.equal(g.stdout.trim(), '', `found: ${g.out}`)
       // the daemon's environment and command line are not there either
       const e = await sh('cat /proc/*/environ 2>/dev/null | tr "\\0" "\\n"; cat /proc/*/cmdline 2>/dev/null | tr "\\0" " "', user)
       assert.ok(!e.out.includes(d.token) && !e.out.includes(secret), e.out.slice(0, 2000))

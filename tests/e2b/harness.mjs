@@ -308,6 +308,15 @@ export class Daemon {
               this.v1('DELETE', `/v1/sandboxes/${b.id}`, undefined, { timeout: 20_000 }).catch(() => {})))
           }
         } catch {}
+        // and through the door, in case its sandboxes are not all in /v1's list
+        try {
+          const h = { 'X-API-KEY': this.token }
+          const r = await fetch(`${this.url}/v2/sandboxes?limit=1000`, { headers: h, signal: AbortSignal.timeout(20_000) })
+          const list = r.status === 200 ? await r.json() : []
+          await Promise.all((Array.isArray(list) ? list : []).map((b) =>
+            fetch(`${this.url}/sandboxes/${b.sandboxID}`, { method: 'DELETE', headers: h, signal: AbortSignal.timeout(20_000) })
+              .then((x) => x.arrayBuffer()).catch(() => {})))
+        } catch {}
         this.noteAgents()
         this.proc.kill('SIGTERM')
         try {

@@ -19,7 +19,9 @@ describe('parallel', { timeout: 240_000 }, () => {
   it(`${N} sandboxes: create, run, write/read, kill`, async () => {
     const run = tag()
     const one = async (i) => {
-      const s = await Sandbox.create({ metadata: { run, i: String(i) } })
+      // a loaded 2-core machine with sanitizer builds: more than the SDK's
+      // 60 s default per request may pass while 50 sandboxes start at once
+      const s = await Sandbox.create({ metadata: { run, i: String(i) }, requestTimeoutMs: 180_000 })
       made.push(s)
       const r = await s.commands.run(`echo "box ${i}"; ls /home/user/mine-* 2>/dev/null | wc -l`)
       assert.equal(r.stdout, `box ${i}\n0\n`)

@@ -110,7 +110,7 @@ describe('background commands', { timeout: 60_000 }, () => {
   })
 
   it('list shows the command; handle.kill() ends it', async () => {
-    const m = `${1000 + Math.floor(Math.random() * 1000)}.${tag(3)}`
+    const m = `${1000 + Math.floor(Math.random() * 1000)}.${Math.floor(Math.random() * 1e6)}` // a number sleep takes
     const h = await s.commands.run(`sleep ${m}`, { background: true })
     const listed = (await s.commands.list()).find((p) => p.pid === h.pid)
     assert.ok(listed, 'not listed')

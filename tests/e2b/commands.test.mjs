@@ -19,7 +19,7 @@ after(async () => {
 const enc = (t) => new TextEncoder().encode(t)
 const pids = async () => (await s.commands.list()).map((p) => p.pid)
 
-describe('commands.run', { timeout: 60_000 }, () => {
+describe('commands.run', { timeout: 240_000 }, () => {
   it('echo hi: stdout and exit code', async () => {
     const r = await s.commands.run('echo hi')
     assert.equal(r.stdout, 'hi\n')
@@ -86,7 +86,7 @@ describe('commands.run', { timeout: 60_000 }, () => {
   })
 })
 
-describe('background commands', { timeout: 60_000 }, () => {
+describe('background commands', { timeout: 240_000 }, () => {
   it('handle.sendStdin feeds a reader; the handle sees its output', async () => {
     const out = []
     const h = await s.commands.run('read x; echo "got $x"', { background: true, stdin: true, onStdout: (c) => { out.push(c) } })
@@ -168,7 +168,7 @@ describe('background commands', { timeout: 60_000 }, () => {
   })
 })
 
-describe('pty', { timeout: 60_000 }, () => {
+describe('pty', { timeout: 240_000 }, () => {
   const decoder = () => {
     const dec = new TextDecoder()
     const o = { text: '' }

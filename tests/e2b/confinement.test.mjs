@@ -52,7 +52,7 @@ async function outcome(p) {
   }
 }
 
-describe('confinement', { timeout: 120_000 }, () => {
+describe('confinement', { timeout: 240_000 }, () => {
   for (const user of USERS) {
     it(`a host secret stays unreadable (as ${user})`, async () => {
       const paths = [secretFile, `/proc/1/root${secretFile}`, `/proc/self/root${secretFile}`, d.tokenFile,

@@ -21,7 +21,7 @@ after(async () => {
 const isA = (e, ...classes) => classes.some((c) => e instanceof c)
 const name = (e) => `${e?.constructor?.name}: ${e?.message}`
 
-describe('errors', { timeout: 60_000 }, () => {
+describe('errors', { timeout: 240_000 }, () => {
   it('a wrong API key is AuthenticationError (and creates nothing)', async () => {
     const before = (await d.v1('GET', '/v1/sandboxes')).json().sandboxes.length
     const bad = 'e2b_' + '0'.repeat(40)

@@ -20,7 +20,7 @@ after(async () => {
 
 const H = '/home/user'
 
-describe('files', { timeout: 90_000 }, () => {
+describe('files', { timeout: 240_000 }, () => {
   it('write and read text', async () => {
     const info = await s.files.write(`${H}/t/hello.txt`, 'héllo\nwörld\n')
     assert.equal(info.path, `${H}/t/hello.txt`)
@@ -157,7 +157,7 @@ describe('files', { timeout: 90_000 }, () => {
   })
 })
 
-describe('signed URLs', { timeout: 60_000 }, () => {
+describe('signed URLs', { timeout: 240_000 }, () => {
   it('downloadUrl and uploadUrl work with a plain fetch, no headers', async () => {
     const p = `${H}/signed-${tag()}.txt`
     await s.files.write(p, 'signed content')
@@ -231,7 +231,7 @@ describe('signed URLs', { timeout: 60_000 }, () => {
   })
 })
 
-describe('watchDir', { timeout: 60_000 }, () => {
+describe('watchDir', { timeout: 240_000 }, () => {
   it('sees create, write and remove', async () => {
     const dir = `${H}/watched-${tag()}`
     await s.files.makeDir(dir)

@@ -14,7 +14,7 @@ after(async () => {
   await d?.stop()
 }, { timeout: 60_000 })
 
-describe('lifecycle', { timeout: 120_000 }, () => {
+describe('lifecycle', { timeout: 240_000 }, () => {
   it('create, getInfo with metadata, setTimeout, kill', async () => {
     const meta = { owner: 'e2b-tests', run: tag() }
     const t0 = Date.now()

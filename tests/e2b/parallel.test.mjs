@@ -15,7 +15,7 @@ after(async () => {
   await d?.stop()
 }, { timeout: 120_000 })
 
-describe('parallel', { timeout: 240_000 }, () => {
+describe('parallel', { timeout: 300_000 }, () => {
   it(`${N} sandboxes: create, run, write/read, kill`, async () => {
     const run = tag()
     const one = async (i) => {

@@ -17,7 +17,7 @@ after(async () => {
   await d?.stop()
 }, { timeout: 60_000 })
 
-describe('daemon restart', { timeout: 120_000 }, () => {
+describe('daemon restart', { timeout: 240_000 }, () => {
   it('kill -9 mid-command, restart, connect(pid) sees "done" and the exit', async () => {
     await s.files.write('/home/user/before.txt', 'kept')
     // the command waits for a flag the test sets after re-attaching, so that

@@ -164,7 +164,7 @@ try {
       ew.push(await timed(async () => {
         boxes = await Promise.all(Array.from({ length: CONC }, async () => {
           const t = ms()
-          const s = await Sandbox.create()
+          const s = await Sandbox.create({ requestTimeoutMs: 300_000 })
           e.push(ms() - t)
           return s
         }))

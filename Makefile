@@ -34,7 +34,7 @@ CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run check unit e2e e2e-release pyclient bench clean
+.PHONY: all deps run check unit e2e e2e-release pyclient e2b bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -97,12 +97,20 @@ pyclient: $(addprefix $(BUILD)/san/,$(BINS))
 	cd clients/python && MOAT_BIN=$(abspath $(BUILD)/san/moat) /usr/bin/python3 -m pytest \
 		-p no:cacheprovider -q tests
 
+# The E2B door driven by the unchanged npm e2b SDK (tests/e2b, pinned by its
+# package-lock.json): as root, then as the unprivileged user (E2B_PASSES=root
+# for the root pass only). node_modules is installed once from the lockfile.
+e2b: $(addprefix $(BUILD)/san/,$(BINS))
+	@[ -d tests/e2b/node_modules/e2b ] || (cd tests/e2b && (npm ci --offline --no-audit --no-fund || npm ci --no-audit --no-fund))
+	MOAT_BIN=$(abspath $(BUILD)/san/moat) sh tests/e2b/run.sh $(BUILD)/san/moat
+
 check: deps
 	$(MAKE) unit
 	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(MAKE) e2e
 	$(MAKE) e2e-release
 	$(MAKE) pyclient
+	$(MAKE) e2b
 
 # The same suites against the binaries that ship (optimised, moat a static
 # PIE): how they are linked is part of what must work.

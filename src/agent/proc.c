@@ -813,17 +813,20 @@ static void drop(struct proc *p)
 void proc_cancel(const struct agent_req *r, json_t *req)
 {
 	json_int_t call = json_integer_value(json_object_get(req, "call"));
+	/* keep: the client of a detached process left; its wait is dropped
+	 * (it would take output nobody reads), the process runs on */
+	bool keep = json_is_true(json_object_get(req, "keep"));
 	for (int i = 0; i < MAX_WAITS; i++) {
 		struct wait *w = &waits[i];
 		if (!w->used || w->r.conn != r->conn || w->r.id != call)
 			continue;
 		w->used = false;
-		struct proc *p = find(w->id);
+		struct proc *p = keep ? NULL : find(w->id);
 		if (!p)
 			continue;
 		drop(p);
 	}
-	for (int i = 0; i < MAX_PROCS; i++) {
+	for (int i = 0; i < MAX_PROCS && !keep; i++) {
 		struct proc *p = &procs[i];
 		if (p->id && p->ans_conn == r->conn && p->ans_call == call)
 			drop(p);

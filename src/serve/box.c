@@ -475,7 +475,7 @@ void box_cancel(struct box *b, void *arg)
 		}
 }
 
-void box_abort(struct box *b, void *arg)
+static void cancel_calls(struct box *b, void *arg, bool keep)
 {
 	json_int_t ids[16];
 	size_t n = 0;
@@ -484,11 +484,22 @@ void box_abort(struct box *b, void *arg)
 			ids[n++] = c->id;
 	box_cancel(b, arg);
 	for (size_t i = 0; i < n; i++) {
-		json_t *op = json_pack("{s:s,s:I}", "op", "cancel", "call", ids[i]);
+		json_t *op = json_pack("{s:s,s:I,s:b}", "op", "cancel", "call", ids[i], "keep", keep);
 		box_call(b, op, NULL, 0, NULL, NULL);
 		json_decref(op);
 	}
 }
+
+void box_detach(struct box *b, void *arg)
+{
+	cancel_calls(b, arg, true);
+}
+
+void box_abort(struct box *b, void *arg)
+{
+	cancel_calls(b, arg, false);
+}
+
 
 /* ---- pid 1 -------------------------------------------------------------- */
 

@@ -120,5 +120,8 @@ void box_cancel(struct box *b, void *arg);
 /* The same, and tell the agent to kill the process a pending wait or
  * exec call is waiting for (and forget it). */
 void box_abort(struct box *b, void *arg);
+/* The same without the kill: the agent drops the pending wait of a
+ * process that runs on (a detached exec whose client left). */
+void box_detach(struct box *b, void *arg);
 
 #endif

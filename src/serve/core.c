@@ -237,7 +237,9 @@ void core_op_cancel(struct core_op *op)
 {
 	if (!op)
 		return;
-	if (op->b && !(op->kind == OP_EXEC && !op->detached))
+	if (op->b && op->kind == OP_EXEC && op->detached)
+		box_detach(op->b, op); /* its wait would eat output a re-attach is owed */
+	else if (op->b && op->kind != OP_EXEC)
 		box_cancel(op->b, op);
 	if (op->kind == OP_EXEC && !op->detached && op->b) {
 		/* bound to its request: it ends with it, like a command whose

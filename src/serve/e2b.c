@@ -110,6 +110,40 @@ enum target { T_NONE, T_ENVD, T_BAD_ID, T_BAD_PORT };
 /* envd traffic: the E2b-Sandbox-Id header (with E2b-Sandbox-Port, default
  * envd's), else a Host "<port>-<id>.<anything>" (E2B's proxy splits at the
  * first '.', then at the first '-'). id gets at most ID_MAX chars. */
+struct signed_ctx {
+	struct evhttp_request *req;
+	const char *op;
+	char *id;
+	bool found;
+};
+
+static void signed_one(struct box *b, void *arg)
+{
+	struct signed_ctx *c = arg;
+	const char *tok = c->found ? NULL : e2b_access_token(b);
+	char msg[128];
+	if (tok && e2b_files_auth(c->req, tok, c->op, msg, sizeof msg) == 0) {
+		snprintf(c->id, ID_MAX + 1, "%s", box_id(b));
+		c->found = true;
+	}
+}
+
+/* A signed URL (uploadUrl/downloadUrl) names no sandbox when the SDK
+ * uses E2B_SANDBOX_URL: the sandbox is the one whose token signed it. */
+static bool signed_files(struct evhttp_request *req, char *id)
+{
+	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
+	const char *p = u ? evhttp_uri_get_path(u) : NULL;
+	const char *q = u ? evhttp_uri_get_query(u) : NULL;
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	if (!p || strcmp(p, "/files") || !q || !strstr(q, "signature=") ||
+	    (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_POST))
+		return false;
+	struct signed_ctx c = {req, m == EVHTTP_REQ_GET ? "read" : "write", id, false};
+	box_each(signed_one, &c);
+	return c.found;
+}
+
 static enum target envd_target(struct evhttp_request *req, char *id, int *port)
 {
 	struct evkeyvalq *h = evhttp_request_get_input_headers(req);
@@ -124,6 +158,10 @@ static enum target envd_target(struct evhttp_request *req, char *id, int *port)
 		return *port < 0 ? T_BAD_PORT : T_ENVD;
 	}
 	const char *host = evhttp_find_header(h, "Host");
+	if (signed_files(req, id)) {
+		*port = E2B_ENVD_PORT;
+		return T_ENVD;
+	}
 	if (!host)
 		return T_NONE;
 	size_t label = strcspn(host, ".:");

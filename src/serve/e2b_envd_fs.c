@@ -343,8 +343,8 @@ void envd_f_wremove(struct envd_call *c, json_t *msg)
 /* envd's validateSigning: the header token wins when given; else
  * signature = "v1_" + base64(sha256("path:op:user:token[:exp]")) without
  * padding, exp (unix seconds) not past. 0 ok; else the status to answer. */
-static int files_auth(struct evhttp_request *req, const char *tok, const char *op, char *msg,
-		      size_t mcap)
+int e2b_files_auth(struct evhttp_request *req, const char *tok, const char *op, char *msg,
+		   size_t mcap)
 {
 	if (!tok)
 		return 0;
@@ -638,7 +638,7 @@ void envd_files(struct evhttp_request *req, struct box *b)
 		return;
 	}
 	char msg[600];
-	int st = files_auth(req, e2b_access_token(b), m == EVHTTP_REQ_GET ? "read" : "write", msg,
+	int st = e2b_files_auth(req, e2b_access_token(b), m == EVHTTP_REQ_GET ? "read" : "write", msg,
 			    sizeof msg);
 	if (st) {
 		e2b_envd_error(req, st, "%s", msg);

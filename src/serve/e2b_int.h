@@ -28,6 +28,12 @@ void e2b_api_error(struct evhttp_request *req, int status, const char *fmt, ...)
 /* The 502 of a sandbox that is not there: {"sandboxId","message","code":502} */
 void e2b_not_found_502(struct evhttp_request *req, const char *id);
 
+/* A /files request's credentials for a sandbox whose token is tok: the
+ * X-Access-Token header or a signed URL (op "read" or "write"). 0, or the
+ * status to answer (msg says why). */
+int e2b_files_auth(struct evhttp_request *req, const char *tok, const char *op, char *msg,
+		   size_t mcap);
+
 /* e2b_api.c: the control plane (after X-API-KEY was checked). */
 void e2b_api_route(struct evhttp_request *req, const char *path);
 /* e2b_envd.c: envd traffic for sandbox id (b NULL: unknown or dead: 502).

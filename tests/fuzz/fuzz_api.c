@@ -229,6 +229,11 @@ void box_cancel(struct box *b, void *arg)
 		}
 }
 
+void box_detach(struct box *b, void *arg)
+{
+	box_cancel(b, arg);
+}
+
 void box_abort(struct box *b, void *arg)
 {
 	box_cancel(b, arg);

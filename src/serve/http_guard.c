@@ -13,7 +13,10 @@
 #include <event2/event.h>
 #include <event2/http.h>
 #include <stdio.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <stdlib.h>
+#include <sys/socket.h>
 #include <string.h>
 #include <strings.h>
 
@@ -619,6 +622,11 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 		g->bev = bev;
 		g->raw = raw;
 		g->evcon = cbarg; /* evhttp's callbacks get the connection */
+		/* a stream's small frames (Connect envelopes, SSE events, the
+		 * end-stream frame) must not wait for the peer's delayed ACK
+		 * (Nagle: about 40 ms each); a unix socket refuses, harmlessly */
+		int one = 1;
+		(void)setsockopt(bufferevent_getfd(bev), IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
 		g->limit_fn = limit_of;
 		g->next = guards;
 		guards = g;

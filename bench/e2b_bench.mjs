@@ -136,6 +136,20 @@ try {
       m.push(await timed(() => v1exec(id)))
     }
     report("(b) run('true')", e, m)
+    // (b2) the same operation on the same sandbox: what the door (and the
+    // SDK) costs over /v1, with the command E2B runs (/bin/bash -l -c true,
+    // as user 1000 in the copy-on-write root) on both sides
+    const same = async () => {
+      const j = JSON.parse(await v1('POST', `/v1/sandboxes/${s.sandboxId}/exec`,
+        { cmd: ['/bin/bash', '-l', '-c', 'true'] }))
+      if (j.exit_code !== 0) throw new Error(`/v1 exec: ${JSON.stringify(j)}`)
+    }
+    const e3 = [], m3 = []
+    for (let i = 0; i < N; i++) {
+      e3.push(await timed(() => s.commands.run('true')))
+      m3.push(await timed(same))
+    }
+    report("(b2) same sandbox, bash -l -c true", e3, m3)
 
     // (c) 1 MiB write then read
     const e2 = [], m2 = []

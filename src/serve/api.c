@@ -623,13 +623,23 @@ static void h_create(struct evhttp_request *req)
 	json_t *body = http_body_json(req, true);
 	if (!body)
 		return;
-	struct pend *p = pend_new(req, NULL, P_CREATE);
-	if (!p) {
-		http_error(req, 500, "internal", "out of memory");
-	} else {
-		struct core_err e = {0};
-		started(p, core_create(body, NULL, on_created, p, &e), &e);
+	/* "users": a computer with root and user (as E2B's sandboxes), a
+	 * door's option rather than the core's body */
+	struct core_create_opts o = {0};
+	struct core_err e = {0};
+	json_t *u = json_object_get(body, "users");
+	if (u && !json_is_boolean(u)) {
+		http_error(req, 400, "invalid_request", "users must be true or false");
+		json_decref(body);
+		return;
 	}
+	o.users = json_is_true(u);
+	json_object_del(body, "users");
+	struct pend *p = pend_new(req, NULL, P_CREATE);
+	if (!p)
+		http_error(req, 500, "internal", "out of memory");
+	else
+		started(p, core_create(body, &o, on_created, p, &e), &e);
 	json_decref(body);
 }
 

@@ -202,7 +202,7 @@ json_t *box_json(const struct box *b)
 			      b->running ? "running" : "stopped", "created_at", when, "workspace",
 			      WORKSPACE);
 	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata",
-			      "network"};
+			      "network", "users"};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		json_t *v = json_object_get(b->spec, keys[i]);
 		if (v)
@@ -1113,15 +1113,19 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
 	struct spawning *sp = b->sp;
 	box_create_cb cb = sp->cb;
 	void *cbarg = sp->cbarg;
-	bool pooled = b->pooled;
+	bool pooled = b->pooled, users = box_users(b);
 	spawning_unlink(b);
 	event_free(sp->ev);
 	sp->ev = NULL;
 	struct moat_err e = {0};
 	if (spawn_end(b, &e) < 0) {
 		spawn_abandon(b);
-		if (pooled)
+		if (pooled && users) {
+			fprintf(stderr, "moat serve: pool of sandboxes with users: off: %s\n", e.msg);
+			cfg.pool_users = 0;
+		} else if (pooled) {
 			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
+		}
 		else if (cb)
 			cb(cbarg, NULL, &e);
 		return;
@@ -1158,14 +1162,32 @@ static void free_later(evutil_socket_t fd, short what, void *arg)
 	box_free(arg);
 }
 
+/* A create the pool can serve: the default settings (its env, metadata,
+ * timeouts and door data are the sandbox's record, applied when taken). */
 static bool poolable(const struct box_spec *s)
 {
 	for (int i = 0; i < MOAT_QUOTAS; i++)
 		if (quota_of(s, i) != cfg.quotas[i])
 			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
-	       !s->users &&
 	       (!s->image || !strcmp(s->image, "host"));
+}
+
+/* The pool holds two kinds: plain sandboxes (--pool) and sandboxes with
+ * users (--pool-users, the E2B door's). */
+static size_t pooled_of(bool users, bool with_spawns)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < npool; i++)
+		n += box_users(pool[i]) == users;
+	for (struct box *b = with_spawns ? spawns : NULL; b; b = b->sp->next)
+		n += b->pooled && box_users(b) == users;
+	return n;
+}
+
+static bool pool_short(bool users)
+{
+	return pooled_of(users, true) < (users ? cfg.pool_users : cfg.pool);
 }
 
 static void schedule_refill(void)
@@ -1173,7 +1195,7 @@ static void schedule_refill(void)
 	/* not at once: the client's first exec usually follows its create,
 	 * and building a sandbox holds the loop for milliseconds */
 	struct timeval tv = {0, 50 * 1000};
-	if (refill && npool + npool_spawns < cfg.pool)
+	if (refill && (pool_short(false) || pool_short(true)))
 		event_add(refill, &tv);
 }
 
@@ -1195,14 +1217,25 @@ static int pool_take(struct box_spec *spec, struct box **out, struct moat_err *e
 		return -1;
 	}
 	while (npool && poolable(spec)) {
-		struct box *b = pool[--npool];
+		size_t k = npool;
+		while (k > 0 && box_users(pool[k - 1]) != spec->users)
+			k--;
+		if (!k)
+			break;
+		struct box *b = pool[k - 1];
+		memmove(pool + k - 1, pool + k, (npool - k) * sizeof *pool);
+		npool--;
 		schedule_refill();
 		if (!b->running) {
 			box_delete(b);
 			continue;
 		}
+		/* the request's record; the engine's facts of the sandbox stay */
+		json_t *idbase = json_incref(json_object_get(b->spec, "idbase"));
 		json_decref(b->spec);
 		b->spec = spec_json(spec);
+		if (idbase)
+			json_object_set_new(b->spec, "idbase", idbase);
 		b->pooled = false;
 		b->created_at = (int64_t)time(NULL);
 		b->last_active = now_ms();
@@ -1259,16 +1292,24 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	struct box_spec def = {.idle_timeout_s = 1200};
 	def.env = json_object();
 	def.metadata = json_object();
+	/* the kind that is shorter first; the other at the next refill */
+	def.users = !pool_short(false);
 	/* one at a time, set up beside the requests (on_spawned goes on) */
-	if (npool + npool_spawns < cfg.pool) {
+	if (pool_short(def.users)) {
 		struct moat_err e = {0};
 		struct box *b = spawn_start(&def, true, &e);
 		if (b && spawn_watch(b, NULL, NULL, &e) < 0) {
 			spawn_abandon(b);
 			b = NULL;
 		}
-		if (!b)
+		if (!b && def.users) {
+			/* users mode cannot be had here (no id range, ...): say
+			 * it once, and creates report it as they come */
+			fprintf(stderr, "moat serve: pool of sandboxes with users: off: %s\n", e.msg);
+			cfg.pool_users = 0;
+		} else if (!b) {
 			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
+		}
 	}
 	json_decref(def.env);
 	json_decref(def.metadata);
@@ -1543,8 +1584,8 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 	if (sfd < 0)
 		return moat_err_prefix(e, "%s", c->data_dir);
 	close(sfd);
-	if (c->pool) {
-		pool = calloc(c->pool, sizeof *pool);
+	if (c->pool || c->pool_users) {
+		pool = calloc(c->pool + c->pool_users, sizeof *pool);
 		refill = event_new(base, -1, 0, on_refill, NULL);
 		if (!pool || !refill)
 			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "pool");

@@ -49,7 +49,7 @@ static void usage(FILE *f)
 	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
 	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
 	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
-	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N]\n"
+	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N] [--pool-users N]\n"
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
@@ -59,6 +59,7 @@ static void usage(FILE *f)
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
 	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
+	      "--pool-users N the same for sandboxes with users (E2B's; default 2)\n"
 	      "(default 2; 0 disables).\n"
 	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
 	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
@@ -150,6 +151,7 @@ int main(int argc, char **argv)
 		{"max-sandboxes", required_argument, 0, 'n'}, {"memory", required_argument, 0, 'm'},
 		{"pids", required_argument, 0, 'p'},   {"cpus", required_argument, 0, 'c'},
 		{"pool", required_argument, 0, 'P'},
+		{"pool-users", required_argument, 0, 'Q' + 256},
 		{"net-allow", required_argument, 0, 'N'},
 		{"secrets-file", required_argument, 0, 'S'},
 		{"secret-env", required_argument, 0, 'E'},
@@ -160,7 +162,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0};
-	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2};
+	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 2};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
@@ -208,6 +210,12 @@ int main(int argc, char **argv)
 				cfg.pool = 0;
 			else if (moat_parse_uint(optarg, 1000, &cfg.pool, &e) < 0)
 				return fail("--pool: %s", e.msg, "");
+			break;
+		case 'Q' + 256:
+			if (!strcmp(optarg, "0"))
+				cfg.pool_users = 0;
+			else if (moat_parse_uint(optarg, 1000, &cfg.pool_users, &e) < 0)
+				return fail("--pool-users: %s", e.msg, "");
 			break;
 		case 'N':
 			if (gate_policy_add_allow(&ceiling, optarg, &e) < 0)

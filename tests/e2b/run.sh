@@ -93,6 +93,10 @@ if [ "$(id -u)" -eq 0 ]; then
 			if ! id -u "$user" >/dev/null 2>&1; then
 				useradd -m -s /bin/sh "$user" || { echo "run.sh: useradd $user failed" >&2; exit 2; }
 			fi
+			# E2B's sandboxes have users: rootless, a subordinate range
+			for f in /etc/subuid /etc/subgid; do
+				grep -q "^$user:" "$f" 2>/dev/null || echo "$user:100000:65536" >>"$f"
+			done
 			uhome=$(getent passwd "$user" | cut -d: -f6)
 			[ -d "$uhome" ] || { mkdir -p "$uhome" && chown "$user:" "$uhome"; }
 			run_pass "unprivileged ($user)" runuser -u "$user" -- env -i \

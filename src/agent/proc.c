@@ -342,6 +342,12 @@ static __attribute__((noreturn)) void child(char **argv, char **envp, const char
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
+	/* what the agent ignores (SIGPIPE, ...) is not the command's: execve
+	 * keeps an ignored signal ignored (the vfork child has its own table) */
+	struct sigaction dfl = {.sa_handler = SIG_DFL};
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			sigaction(s, &dfl, NULL);
 	setsid();
 	if (pts) {
 		int t = open(pts, O_RDWR);

@@ -229,9 +229,13 @@ void jail_users_free(struct jail_ctx *c)
 
 /* Docker's default capabilities less NET_RAW (no raw sockets in moat):
  * root's set, within the sandbox's user namespace only. */
+/* Docker's default set without NET_RAW (no raw sockets here) and without
+ * SETFCAP: a file capability root writes in a directory id-mapped to its
+ * host owner (the workspace) is stored with that owner's root id, so it
+ * would be a real capability for whoever runs the file on the host. */
 static const int docker_caps[] = {
-	CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FSETID,           CAP_FOWNER,      CAP_MKNOD,
-	CAP_SETGID, CAP_SETUID,       CAP_SETFCAP,          CAP_SETPCAP,     CAP_NET_BIND_SERVICE,
+	CAP_CHOWN,  CAP_DAC_OVERRIDE, CAP_FSETID,     CAP_FOWNER,      CAP_MKNOD,
+	CAP_SETGID, CAP_SETUID,       CAP_SETPCAP,    CAP_NET_BIND_SERVICE,
 	CAP_SYS_CHROOT, CAP_KILL,     CAP_AUDIT_WRITE,
 };
 

@@ -29,7 +29,7 @@ struct gate_policy;
 struct core_err {
 	int status;
 	char code[32];
-	char msg[512];
+	char msg[1024];
 };
 
 /* The daemon's settings the core needs (set once by main). */

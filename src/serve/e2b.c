@@ -105,7 +105,7 @@ static int parse_port(const char *s, size_t n)
 	return p >= 1 && p <= 65535 ? p : -1;
 }
 
-enum target { T_NONE, T_ENVD, T_BAD_ID, T_BAD_PORT };
+enum target { T_NONE, T_ENVD, T_BAD_ID, T_BAD_PORT, T_BAD_SIG };
 
 /* envd traffic: the E2b-Sandbox-Id header (with E2b-Sandbox-Port, default
  * envd's), else a Host "<port>-<id>.<anything>" (E2B's proxy splits at the
@@ -130,7 +130,7 @@ static void signed_one(struct box *b, void *arg)
 
 /* A signed URL (uploadUrl/downloadUrl) names no sandbox when the SDK
  * uses E2B_SANDBOX_URL: the sandbox is the one whose token signed it. */
-static bool signed_files(struct evhttp_request *req, char *id)
+static int signed_files(struct evhttp_request *req, char *id)
 {
 	const struct evhttp_uri *u = evhttp_request_get_evhttp_uri(req);
 	const char *p = u ? evhttp_uri_get_path(u) : NULL;
@@ -138,10 +138,10 @@ static bool signed_files(struct evhttp_request *req, char *id)
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	if (!p || strcmp(p, "/files") || !q || !strstr(q, "signature=") ||
 	    (m != EVHTTP_REQ_GET && m != EVHTTP_REQ_POST))
-		return false;
+		return 0;
 	struct signed_ctx c = {req, m == EVHTTP_REQ_GET ? "read" : "write", id, false};
 	box_each(signed_one, &c);
-	return c.found;
+	return c.found ? 1 : -1; /* -1: signed, by no sandbox's token (or expired) */
 }
 
 static enum target envd_target(struct evhttp_request *req, char *id, int *port)
@@ -158,9 +158,10 @@ static enum target envd_target(struct evhttp_request *req, char *id, int *port)
 		return *port < 0 ? T_BAD_PORT : T_ENVD;
 	}
 	const char *host = evhttp_find_header(h, "Host");
-	if (signed_files(req, id)) {
+	int sig = signed_files(req, id);
+	if (sig) {
 		*port = E2B_ENVD_PORT;
-		return T_ENVD;
+		return sig > 0 ? T_ENVD : T_BAD_SIG;
 	}
 	if (!host)
 		return T_NONE;
@@ -251,6 +252,9 @@ void e2b_route(struct evhttp_request *req)
 		return;
 	case T_BAD_PORT:
 		e2b_api_error(req, 400, "E2b-Sandbox-Port: expected a port number");
+		return;
+	case T_BAD_SIG:
+		e2b_api_error(req, 401, "invalid or expired signature");
 		return;
 	case T_ENVD: {
 		struct box *b = box_find(id);

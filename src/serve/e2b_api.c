@@ -479,7 +479,11 @@ static void h_create(struct evhttp_request *req)
 	/* E2B's timeout is a deadline; at the create it equals a lifetime
 	 * (setTimeout and connect move it with box_set_end). No idle
 	 * reaping: E2B has none. */
-	json_auto_t *v1 = json_pack("{s:s,s:I,s:I}", "image", image, "timeout_s",
+	/* a template is the core's by its name (the operator's --template,
+	 * no --allow-host-path needed); users mode is the host's view only,
+	 * so a template's sandbox has its one user (docs/e2b.md) */
+	bool host = !strcmp(image, "host");
+	json_auto_t *v1 = json_pack("{s:s,s:I,s:I}", "image", host ? "host" : tpl, "timeout_s",
 				    (json_int_t)timeout, "idle_timeout_s", (json_int_t)0);
 	json_t *env = json_object_get(body, "envVars");
 	if (json_object_size(env))
@@ -503,7 +507,7 @@ static void h_create(struct evhttp_request *req)
 		e2b_api_error(req, 500, "out of memory");
 		return;
 	}
-	struct core_create_opts o = {.users = true, .door = "e2b", .door_data = door};
+	struct core_create_opts o = {.users = host, .door = "e2b", .door_data = door};
 	struct core_err e = {0};
 	w->in_call = true;
 	w->op = core_create(v1, &o, on_created, w, &e);

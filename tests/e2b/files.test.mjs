@@ -191,6 +191,9 @@ describe('signed URLs', { timeout: 240_000 }, () => {
     const b1 = await r1.text()
     assert.ok(r1.status >= 400, `expired URL answered ${r1.status}`)
     assert.ok(!b1.includes(content), b1)
+    // envd's own answer (E2B's shape), not moat's /v1 bearer refusal
+    assert.equal(r1.status, 401, b1)
+    assert.equal(JSON.parse(b1).code, 401, b1)
 
     const good = new URL(await s.downloadUrl(p))
     const sig = good.searchParams.get('signature')

@@ -2248,7 +2248,7 @@ ERROR_CASES = [
      "invalid_request", None),
     # routes
     ("route-root", "GET", "/", None, 404, "not_found", None),
-    ("route-v2", "GET", "/v2/sandboxes", None, 404, "not_found", None),
+    ("route-v3", "GET", "/v3/sandboxes", None, 404, "not_found", None),
     ("route-v1", "GET", "/v1", None, 404, "not_found", None),
     ("route-sub-unknown", "GET", "{box}/bogus", None, 404, "not_found", None),
     ("route-files-sub-unknown", "GET", "{box}/files/bogus?path=a", None, 404, "not_found", None),
@@ -3370,3 +3370,11 @@ def test_zz_module_daemon_stops_cleanly(srv):
     assert not [m for m in SANITIZER_MARKS if m in log], log[-6000:]
     assert rc == 0, (rc, log[-3000:])
     assert "sandboxes keep running" in log, log[-2000:]
+
+
+def test_commands_start_with_no_signal_ignored(srv, box):
+    """The agent ignores SIGPIPE (and the daemon may run under nohup): its
+    commands must not inherit that (a shell cannot trap an ignored signal)."""
+    j = srv.ex(box, "grep '^SigIgn' /proc/self/status")
+    assert j["exit_code"] == 0, j
+    assert int(j["stdout"].split()[1], 16) == 0, j["stdout"]

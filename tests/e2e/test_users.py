@@ -19,9 +19,9 @@ from conftest import (IS_ROOT, MOAT, SH, kill_pids, moat_env, proc_status,
                       sha, sleep_marker, sleep_started)
 
 BAND = 0x80000000
-# Docker's default set without NET_RAW: CHOWN DAC_OVERRIDE FOWNER FSETID
-# KILL SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT MKNOD AUDIT_WRITE SETFCAP
-DOCKER_CAPS = 0xa80405fb
+# Docker's default set without NET_RAW and SETFCAP: CHOWN DAC_OVERRIDE FOWNER
+# FSETID KILL SETGID SETUID SETPCAP NET_BIND_SERVICE SYS_CHROOT MKNOD AUDIT_WRITE
+DOCKER_CAPS = 0x280405fb
 CAP_SYS_ADMIN, CAP_SYS_PTRACE, CAP_NET_ADMIN, CAP_SYS_MODULE = 21, 19, 12, 16
 
 
@@ -356,3 +356,18 @@ def test_rootless_without_subordinate_ids_fails_clearly(base):
                        capture_output=True, text=True, timeout=30, cwd=str(w))
     assert r.returncode == 125, r.stdout + r.stderr
     assert "/etc/subuid" in r.stderr and "newuidmap" in r.stderr
+
+
+def test_root_cannot_plant_a_file_capability_in_the_workspace(run, ws):
+    """A security.capability xattr written by root inside, in the workspace
+    (id-mapped to its host owner), would be stored with the host owner's
+    root id: a real capability on the host. Root has no SETFCAP."""
+    script = ("cp /bin/cat tool && chown 1000:1000 tool && python3 -c "
+              "'import os,struct; os.setxattr(\"tool\", \"security.capability\", "
+              "struct.pack(\"<IIIIII\", 0x03000001, 0x86, 0, 0, 0, 1000))' "
+              "&& echo PLANTED")
+    r = users(run, script, root=True)
+    assert "PLANTED" not in r.stdout, r.stdout + r.stderr
+    tool = Path(ws) / "tool"
+    if tool.exists():
+        assert "security.capability" not in os.listxattr(tool), os.listxattr(tool)

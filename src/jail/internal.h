@@ -29,6 +29,8 @@ enum mop_kind {
 		      * on a private tmpfs (size), as the new root; users
 		      * mode: a system directory over its host one */
 	MOP_USERS_ETC, /* users mode: /etc/passwd and /etc/group of root and user */
+	MOP_SNAPSHOT,  /* users mode as root: a private, writable copy of src made at
+			* start, of what an unprivileged user may read there */
 };
 
 #define MOP_F_RDONLY 1u

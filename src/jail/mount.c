@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <linux/futex.h>
 #include <sys/syscall.h>
@@ -133,7 +134,7 @@ static int bind_cmp(const void *a, const void *b)
 static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct moat_err *e);
 
 static const char *const users_var_dirs[] = {
-	"/var/lib/dpkg", "/var/lib/apt", "/var/cache/debconf", NULL,
+	"/var/lib/dpkg", "/var/lib/apt", NULL,
 };
 
 static int users_var(struct jail_ctx *c, struct moat_err *e)
@@ -143,8 +144,15 @@ static int users_var(struct jail_ctx *c, struct moat_err *e)
 	for (size_t i = 0; dirs[i]; i++)
 		add_op(c, MOP_TMPFS, NULL, dirs[i], 0, LL_RW)->mode =
 			strcmp(dirs[i], "/var/tmp") ? 0755 : 01777;
+	/* debconf's answers are small: a copy (see op_snapshot) */
+	struct stat st;
+	if (lstat("/var/cache/debconf", &st) == 0 && S_ISDIR(st.st_mode))
+		add_op(c, MOP_SNAPSHOT, "/var/cache/debconf", "/var/cache/debconf", 0, LL_RW);
+	/* dpkg's and apt's state is tens of MB, too much to copy at every
+	 * start: layers over the live host directories, their root-only
+	 * entries masked as found now (package data, no secrets, is all a
+	 * later host change could add) */
 	for (size_t i = 0; users_var_dirs[i]; i++) {
-		struct stat st;
 		if (lstat(users_var_dirs[i], &st) < 0 || !S_ISDIR(st.st_mode))
 			continue;
 		struct mop *ov = add_op(c, MOP_OVERLAY, users_var_dirs[i], users_var_dirs[i],
@@ -241,6 +249,10 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 							    "readlink %s", system_dirs[i]);
 				target[n] = '\0';
 				add_op(c, MOP_SYMLINK, target, system_dirs[i], 0, LL_NONE);
+			} else if (p->users && c->host_root && strcmp(system_dirs[i], "/etc") == 0) {
+				/* users mode: a copy made now, not a view of the live
+				 * host /etc (see op_snapshot) */
+				add_op(c, MOP_SNAPSHOT, "/etc", "/etc", 0, LL_RW);
 			} else if (p->users && c->host_root) {
 				/* users mode: a private copy-on-write layer over
 				 * the host's directory, host root's files root's */
@@ -254,8 +266,6 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			}
 		}
 		if (p->users && c->host_root && users_var(c, e) < 0)
-			return -1;
-		if (p->users && c->host_root && users_masks(c, "/etc", 0, e) < 0)
 			return -1;
 	} else {
 		bool rw = p->fs_base == MOAT_FS_HOST_WRITE;
@@ -728,6 +738,144 @@ static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 	return 0;
 }
 
+/* Users mode as root: copy the tree at sfd into dfd, keeping only what an
+ * unprivileged user may read. Read through the host's view (OLDROOT, not
+ * id-mapped): host root's files are unmapped there, so the sandbox's
+ * capabilities do not apply and the kernel checks as for "others"; the
+ * mode is checked too. Not others-readable: skipped (an empty file made
+ * empty, mode kept); a directory not
+ * others-searchable: made empty, mode kept. Everything is root's inside
+ * (the host's owners are unmapped in this view). */
+static int snap_tree(int sfd, int dfd, int depth, const char *what, struct moat_err *e)
+{
+	int dup_ = fcntl(sfd, F_DUPFD_CLOEXEC, 0);
+	DIR *d = dup_ < 0 ? NULL : fdopendir(dup_);
+	if (!d) {
+		if (dup_ >= 0)
+			close(dup_);
+		return 0; /* unreadable: left empty */
+	}
+	struct dirent *de;
+	int rc = 0;
+	while (rc == 0 && (de = readdir(d))) {
+		const char *n = de->d_name;
+		if (!strcmp(n, ".") || !strcmp(n, ".."))
+			continue;
+		struct stat st = {.st_mode = S_IFLNK};
+		/* symlinks are most of /etc (alternatives, rc?.d): no stat */
+		if (de->d_type != DT_LNK && fstatat(sfd, n, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISLNK(st.st_mode)) {
+			char t[PATH_MAX];
+			ssize_t len = readlinkat(sfd, n, t, sizeof t - 1);
+			if (len < 0)
+				continue;
+			t[len] = '\0';
+			if (symlinkat(t, dfd, n) < 0)
+				rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s", what);
+			continue;
+		}
+		if (S_ISDIR(st.st_mode)) {
+			if (mkdirat(dfd, n, 0700) < 0) {
+				rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s", what);
+				continue;
+			}
+			if ((st.st_mode & (S_IROTH | S_IXOTH)) == (S_IROTH | S_IXOTH) && depth < 32) {
+				_cleanup_close_ int s2 = openat(sfd, n, O_RDONLY | O_DIRECTORY |
+								O_NOFOLLOW | O_CLOEXEC);
+				_cleanup_close_ int d2 = openat(dfd, n, O_RDONLY | O_DIRECTORY |
+								O_NOFOLLOW | O_CLOEXEC);
+				struct stat st2;
+				if (d2 < 0)
+					rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s",
+							  what);
+				else if (s2 >= 0 && fstat(s2, &st2) == 0 &&
+					 (st2.st_mode & (S_IROTH | S_IXOTH)) == (S_IROTH | S_IXOTH))
+					rc = snap_tree(s2, d2, depth + 1, what, e);
+			}
+			if (fchmodat(dfd, n, st.st_mode & 07777, 0) < 0 && rc == 0)
+				rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s", what);
+			continue;
+		}
+		if (!S_ISREG(st.st_mode))
+			continue;
+		if (!(st.st_mode & S_IROTH)) {
+			/* an empty root-only file (a lock, debconf's passwords.dat)
+			 * stays, empty: nothing read, nothing to hide */
+			if (st.st_size == 0) {
+				_cleanup_close_ int z = openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL |
+							       O_NOFOLLOW | O_CLOEXEC, 0600);
+				if (z < 0 || fchmod(z, st.st_mode & 07777) < 0) {
+					/* best effort: absent or root's */
+				}
+			}
+			continue;
+		}
+		/* O_NONBLOCK: a file swapped for a FIFO meanwhile does not hang us */
+		_cleanup_close_ int in = openat(sfd, n, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+		struct stat st2;
+		if (in < 0 || fstat(in, &st2) < 0 || !S_ISREG(st2.st_mode) || !(st2.st_mode & S_IROTH))
+			continue;
+		_cleanup_close_ int out = openat(dfd, n, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+						     O_CLOEXEC, 0600);
+		if (out < 0) {
+			rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s", what);
+			continue;
+		}
+		for (off_t left = st2.st_size; left > 0;) {
+			ssize_t k = sendfile(out, in, NULL, 1 << 20);
+			if (k == 0)
+				break;
+			left -= k > 0 ? k : 0;
+			if (k < 0) {
+				if (errno == EINTR)
+					continue;
+				if (errno == ENOSPC || errno == EDQUOT)
+					rc = moat_err_set(e, MOAT_E_SYSTEM, errno,
+							  "users mode: copy %s (disk limit)", what);
+				break; /* a read error: the file as far as read */
+			}
+		}
+		struct timespec ts[2] = {st2.st_atim, st2.st_mtim};
+		if (rc == 0 && (fchmod(out, st2.st_mode & 07777) < 0 || futimens(out, ts) < 0))
+			rc = moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy %s", what);
+	}
+	closedir(d);
+	return rc;
+}
+
+/* Users mode as root: a system directory whose host copy may gain
+ * root-only entries later (/etc) is a copy made now, in the setup tmpfs
+ * (the sandbox's disk budget), writable by root inside: never a live view
+ * in which the sandbox's root could read what host root adds. */
+static int op_snapshot(const struct mop *op, const char *src, const char *dst,
+		       struct moat_err *e)
+{
+	char d[PATH_MAX];
+	snprintf(d, sizeof d, "/snap-%s", op->dst + 1);
+	for (char *q = d + 1; *q; q++)
+		if (*q == '/')
+			*q = '-';
+	_cleanup_close_ int sfd = open(src, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	struct stat st;
+	if (sfd < 0 || fstat(sfd, &st) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: open %s", op->src);
+	if (mkdir(d, 0700) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy of %s", op->src);
+	_cleanup_close_ int dfd = open(d, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (dfd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy of %s", op->src);
+	if (snap_tree(sfd, dfd, 0, op->src, e) < 0)
+		return -1;
+	if (fchmod(dfd, st.st_mode & 0777) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: copy of %s", op->src);
+	if (make_mountpoint(dst, true, e) < 0)
+		return -1;
+	if (mount(d, dst, NULL, MS_BIND, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: bind %s", op->dst);
+	return set_attr(AT_FDCWD, dst, 0, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, dst, e);
+}
+
 /* Users mode: /etc/passwd and /etc/group know root and user. Root as
  * host root (/etc an overlay): written into the sandbox's copy, which
  * root may change; rootless (/etc read-only): read-only files bound over. */
@@ -804,6 +952,8 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 		return op_overlay(op, src, dst, e);
 	case MOP_USERS_ETC:
 		return op_users_etc(c, dst, e);
+	case MOP_SNAPSHOT:
+		return op_snapshot(op, src, dst, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}

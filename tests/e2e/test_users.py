@@ -164,6 +164,39 @@ def test_root_cannot_read_root_only_host_files(run, etc_secret):
     assert r.stdout.rstrip().endswith("end")
 
 
+def test_root_cannot_read_root_only_files_created_later(run):
+    """Root pass: what host root makes root-only in /etc while a sandbox runs
+    (a new 0700 directory, a key dropped into a root-only directory that
+    was empty at start) stays out of the sandbox's root's reach."""
+    if not IS_ROOT:
+        pytest.skip("planting a file in /etc needs root")
+    tag = uuid.uuid4().hex[:10]
+    new = Path(f"/etc/moat-e2e-later-{tag}")
+    empty = Path(f"/etc/moat-e2e-empty-{tag}")
+    p = None
+    try:
+        empty.mkdir(mode=0o700)
+        p = run.popen(["-w", run.ws, "--users", "--user", "root", "--", SH, "-c",
+                       f"echo ready; sleep 2; cat {new}/key {empty}/key 2>&1; echo end"],
+                      text=True)
+        assert p.stdout.readline().strip() == "ready"
+        new.mkdir(mode=0o700)
+        for d in (new, empty):
+            k = d / "key"
+            k.write_text(f"LATER-SECRET-{d.name}\n")
+            os.chmod(k, 0o600)
+        out, err = p.communicate(timeout=60)
+        assert (new / "key").exists() and (empty / "key").exists()
+        assert "LATER-SECRET" not in out, out + err
+        assert out.rstrip().endswith("end"), out + err
+    finally:
+        if p and p.poll() is None:
+            p.kill()
+            p.wait()
+        shutil.rmtree(new, ignore_errors=True)
+        shutil.rmtree(empty, ignore_errors=True)
+
+
 def test_root_cannot_read_outside_paths(run, outside):
     secret = outside / "secret"
     secret.write_text("OUTSIDE-SECRET\n")

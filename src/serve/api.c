@@ -298,7 +298,18 @@ static void x_failed(void *arg, const struct core_err *e)
 	pend_free(p);
 }
 
-static const struct core_exec_cbs exec_cbs = {x_started, x_output, x_yielded, x_ended, x_failed};
+/* What the client has not read yet (back-pressure of an SSE stream). */
+static size_t x_backlog(void *arg)
+{
+	struct pend *p = arg;
+	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
+	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
+static const struct core_exec_cbs exec_cbs = {.started = x_started, .output = x_output,
+					      .yielded = x_yielded, .ended = x_ended,
+					      .failed = x_failed, .backlog = x_backlog};
 
 static void h_exec(struct evhttp_request *req, struct box *b)
 {

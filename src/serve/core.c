@@ -91,6 +91,7 @@ struct cjob;
 struct core_op {
 	enum op_kind kind;
 	struct box *b;
+	char bid[32];             /* its id: a held stream finds out whether it is gone */
 	void *arg;
 	/* OP_SIMPLE */
 	core_done_cb done;
@@ -102,6 +103,10 @@ struct core_op {
 	/* OP_WATCH */
 	struct core_watch_cbs wcbs;
 	int64_t watch_id;
+	/* a stream whose client is behind: its next wait, sent once the
+	 * door's backlog drained (no call to the agent meanwhile) */
+	struct event *hold;
+	json_t *held;
 	/* OP_CREATE */
 	core_create_cb ccb;
 	struct cjob *cj;          /* waiting for the manifest's job (a git clone) */
@@ -136,6 +141,8 @@ static struct core_op *op_new(enum op_kind k, struct box *b, void *arg, struct c
 	}
 	op->kind = k;
 	op->b = b;
+	if (b)
+		snprintf(op->bid, sizeof op->bid, "%s", box_id(b));
 	op->arg = arg;
 	op->t0 = now_ms();
 	return op;
@@ -164,6 +171,9 @@ static void op_free(struct core_op *op)
 	json_decref(op->door_data);
 	if (op->defer)
 		event_free(op->defer);
+	if (op->hold)
+		event_free(op->hold);
+	json_decref(op->held);
 	if (op->ready) /* made, but nobody will learn of it */
 		box_delete(op->ready);
 	free(op);
@@ -209,6 +219,74 @@ static void again(struct core_op *op, json_t *req)
 	}
 }
 
+/* ---- back-pressure: a stream waits for its client ------------------------------ */
+
+#define HOLD_POLL_MS 20
+
+static size_t op_backlog(struct core_op *op)
+{
+	if (op->kind == OP_EXEC && op->cbs.backlog)
+		return op->cbs.backlog(op->arg);
+	if (op->kind == OP_WATCH && op->wcbs.backlog)
+		return op->wcbs.backlog(op->arg);
+	return 0;
+}
+
+/* A held op has no call pending, so a delete of its sandbox meanwhile did
+ * not tell it: look the sandbox up by id before touching op->b again. */
+static bool held_box_gone(struct core_op *op)
+{
+	if (!op->held || box_find(op->bid) == op->b)
+		return false;
+	op->b = NULL;
+	return true;
+}
+
+static void hold_arm(struct core_op *op)
+{
+	struct timeval tv = {0, HOLD_POLL_MS * 1000};
+	if (evtimer_add(op->hold, &tv) < 0) { /* no timer: send it rather than stall */
+		json_t *req = op->held;
+		op->held = NULL;
+		again(op, req);
+	}
+}
+
+static void on_hold(evutil_socket_t fd, short what, void *arg)
+{
+	struct core_op *op = arg;
+	if (held_box_gone(op)) {
+		struct core_err e;
+		cerr(&e, 409, "conflict", "sandbox %s stopped", op->bid);
+		op_fail(op, &e);
+		return;
+	}
+	if (op_backlog(op) >= CORE_BACKLOG_LOW) {
+		hold_arm(op);
+		return;
+	}
+	json_t *req = op->held;
+	op->held = NULL;
+	again(op, req);
+}
+
+/* The next wait of a stream (req stolen): held while the door's client has
+ * more than CORE_BACKLOG_HIGH unread; the agent drops beyond max_output
+ * meanwhile (truncated), so neither the sandbox nor the daemon grows. */
+static void next_wait(struct core_op *op, json_t *req)
+{
+	if (!req || !cfg || !cfg->base || op_backlog(op) <= CORE_BACKLOG_HIGH) {
+		again(op, req);
+		return;
+	}
+	if (!op->hold && !(op->hold = evtimer_new(cfg->base, on_hold, op))) {
+		again(op, req);
+		return;
+	}
+	op->held = req;
+	hold_arm(op);
+}
+
 static void op_fail(struct core_op *op, const struct core_err *e)
 {
 	switch (op->kind) {
@@ -237,6 +315,7 @@ void core_op_cancel(struct core_op *op)
 {
 	if (!op)
 		return;
+	held_box_gone(op); /* then there is nothing left to cancel or kill */
 	if (op->b && op->kind == OP_EXEC && op->detached)
 		box_detach(op->b, op); /* its wait would eat output a re-attach is owed */
 	else if (op->b && op->kind != OP_EXEC)
@@ -308,7 +387,7 @@ static void exec_reply(struct core_op *op, json_t *reply, const char *data, size
 		op->cbs.output(op->arg, data, ol, data + ol, el);
 	if (json_is_true(json_object_get(reply, "running"))) {
 		if (op->stream) {
-			again(op, wait_req(op));
+			next_wait(op, wait_req(op));
 			return;
 		}
 		struct core_exit y = {.pid = op->pid,
@@ -780,8 +859,8 @@ static void watch_reply(struct core_op *op, json_t *reply)
 			return;
 		}
 	}
-	again(op, json_pack("{s:s,s:I,s:I}", "op", "watch_wait", "watch_id",
-			    (json_int_t)op->watch_id, "timeout_ms", (json_int_t)0));
+	next_wait(op, json_pack("{s:s,s:I,s:I}", "op", "watch_wait", "watch_id",
+				(json_int_t)op->watch_id, "timeout_ms", (json_int_t)0));
 }
 
 struct core_op *core_watch_create(struct box *b, const char *path, const char *user,

@@ -119,7 +119,14 @@ struct core_exec_cbs {
 								* (pid and truncated set) */
 	void (*ended)(void *arg, const struct core_exit *x);
 	void (*failed)(void *arg, const struct core_err *e);
+	/* optional, streams: the bytes the door still has queued for its
+	 * client. Above CORE_BACKLOG_HIGH the core asks the agent for no more
+	 * (it holds, and the agent drops beyond max_output, reported as
+	 * truncated) until it is below CORE_BACKLOG_LOW. */
+	size_t (*backlog)(void *arg);
 };
+#define CORE_BACKLOG_HIGH ((size_t)1 << 20)
+#define CORE_BACKLOG_LOW ((size_t)256 << 10)
 
 struct core_op *core_exec(struct box *b, const struct core_exec_req *r,
 			  const struct core_exec_cbs *cbs, void *arg, struct core_err *e);
@@ -196,6 +203,7 @@ struct core_watch_cbs {
 	void (*started)(void *arg);                     /* the watch is in place */
 	void (*event)(void *arg, json_t *ev);           /* borrowed */
 	void (*failed)(void *arg, const struct core_err *e); /* final */
+	size_t (*backlog)(void *arg); /* optional: as core_exec_cbs' */
 };
 /* A stream of events until core_op_cancel (which removes the watch). */
 struct core_op *core_watch(struct box *b, const char *path, const char *user, bool recursive,

@@ -296,6 +296,14 @@ static void stream_put(struct envd_call *c, struct moat_buf *m)
 	moat_buf_free(m);
 }
 
+size_t envd_backlog(void *arg)
+{
+	struct envd_call *c = arg;
+	struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
+	struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
+	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+}
+
 /* One data envelope of msg (stolen); the silence restarts. */
 void envd_stream_send(struct envd_call *c, json_t *msg)
 {

@@ -271,7 +271,8 @@ static void on_wfailed(void *arg, const struct core_err *e)
 }
 
 static const struct core_watch_cbs watch_cbs = {
-	.started = on_wstarted, .event = on_wevent, .failed = on_wfailed};
+	.started = on_wstarted, .event = on_wevent, .failed = on_wfailed,
+	.backlog = envd_backlog};
 
 void envd_f_watch(struct envd_call *c, json_t *msg)
 {

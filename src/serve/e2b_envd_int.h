@@ -76,6 +76,9 @@ void envd_rest_fail(struct envd_call *c, int status, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));
 /* One data frame (msg stolen; the keepalive silence restarts). */
 void envd_stream_send(struct envd_call *c, json_t *msg);
+/* core_exec_cbs/core_watch_cbs .backlog: what the call's client has not
+ * read yet (arg: the envd_call). */
+size_t envd_backlog(void *arg);
 /* The end-stream frame (CONNECT_OK: {}), then the end of the body. */
 void envd_stream_end(struct envd_call *c, enum connect_code code, const char *msg);
 void envd_keepalive_start(struct envd_call *c); /* Keepalive-Ping-Interval */

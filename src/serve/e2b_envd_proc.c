@@ -94,6 +94,12 @@ static void on_ended(void *arg, const struct core_exit *x)
 	struct envd_call *c = arg;
 	c->op = NULL;
 	send_start(c, x->pid);
+	/* E2B's EndEvent has no field for it: say it in the daemon's log at
+	 * least (output beyond max_output, or dropped while the client did not
+	 * read: back-pressure) */
+	if (x->truncated)
+		fprintf(stderr, "moat serve: envd: process %lld: output dropped (truncated)\n",
+			(long long)x->pid);
 	if (x->timed_out) {
 		envd_stream_end(c, CONNECT_DEADLINE_EXCEEDED, ENVD_DEADLINE_MSG);
 		return;
@@ -128,7 +134,8 @@ static void on_failed(void *arg, const struct core_err *e)
 }
 
 static const struct core_exec_cbs exec_cbs = {
-	.started = on_started, .output = on_output, .ended = on_ended, .failed = on_failed};
+	.started = on_started, .output = on_output, .ended = on_ended, .failed = on_failed,
+	.backlog = envd_backlog};
 /* ProcessSelector {pid} | {tag}: c->pid, or c->tag to look up. */
 static int selector(struct envd_call *c, const json_t *msg)
 {

@@ -125,6 +125,33 @@ try {
     report('(a) create + first run', e, m)
   }
 
+  // (a2) the same operation: a sandbox with users through /v1, and the
+  // command E2B runs; (a3) both with a pause between creates, so that
+  // each is served from the pool (--pool, --pool-users) as an agent with
+  // think time would be
+  for (const pause of [0, 400]) {
+    const e = [], m = []
+    for (let i = 0; i < N; i++) {
+      if (pause) await new Promise((r) => setTimeout(r, pause))
+      let s
+      e.push(await timed(async () => {
+        s = await Sandbox.create()
+        await s.commands.run('true')
+      }))
+      await s.kill()
+      if (pause) await new Promise((r) => setTimeout(r, pause))
+      let id
+      m.push(await timed(async () => {
+        id = JSON.parse(await v1('POST', '/v1/sandboxes', { users: true })).id
+        const j = JSON.parse(await v1('POST', `/v1/sandboxes/${id}/exec`,
+          { cmd: ['/bin/bash', '-l', '-c', 'true'] }))
+        if (j.exit_code !== 0) throw new Error(`/v1 exec: ${JSON.stringify(j)}`)
+      }))
+      await v1rm(id)
+    }
+    report(pause ? '(a3) same, from the pool' : '(a2) same: users, bash -l', e, m)
+  }
+
   // (b) one command in a running sandbox
   {
     const s = await Sandbox.create()

@@ -51,7 +51,7 @@ if (process.env.E2B_API_URL && process.env.E2B_API_KEY) {
   // the optimised build by default: what ships
   process.env.MOAT_BIN ||= fileURLToPath(new URL('build/moat', root))
   const { Daemon } = await import(new URL('tests/e2b/harness.mjs', root).href)
-  daemon = new Daemon({ args: ['--max-sandboxes', String(Math.max(1000, CONC * 2))] })
+  daemon = new Daemon({ args: ['--max-sandboxes', String(Math.max(1000, CONC * 2)), '--pool-users', '2'] })
   await daemon.start()
   daemon.useEnv()
   url = daemon.url

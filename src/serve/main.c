@@ -59,7 +59,7 @@ static void usage(FILE *f)
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
 	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
-	      "--pool-users N the same for sandboxes with users (E2B's; default 2)\n"
+	      "--pool-users N the same for sandboxes with users (the E2B door's; default 0)\n"
 	      "(default 2; 0 disables).\n"
 	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
 	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
@@ -162,7 +162,7 @@ int main(int argc, char **argv)
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0};
-	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 2};
+	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);

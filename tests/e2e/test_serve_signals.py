@@ -22,6 +22,8 @@ def test_commands_start_with_no_signal_ignored():
         assert r.status == 200, r
         j = r.json()
         assert j["exit_code"] == 0, j
-        assert int(j["stdout"].split()[1], 16) == 0, j["stdout"]
+        # the standard signals (1-31); glibc keeps 32 and 33 for itself, and
+        # a real-time one the caller ignored is not what a shell traps
+        assert int(j["stdout"].split()[1], 16) & 0x7fffffff == 0, j["stdout"]
     finally:
         d.stop()

@@ -34,7 +34,7 @@ CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run check unit e2e e2e-release pyclient e2b bench clean
+.PHONY: all deps run check unit e2e e2e-release pyclient e2b jsclient mcp bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -100,9 +100,24 @@ pyclient: $(addprefix $(BUILD)/san/,$(BINS))
 # The E2B door driven by the unchanged npm e2b SDK (tests/e2b, pinned by its
 # package-lock.json): as root, then as the unprivileged user (E2B_PASSES=root
 # for the root pass only). node_modules is installed once from the lockfile.
+# npm packages of a node suite, from its committed package-lock.json, once.
+npm_ci = @[ -d $(1)/node_modules ] || (cd $(1) && (npm ci --offline --no-audit --no-fund || npm ci --no-audit --no-fund))
+
 e2b: $(addprefix $(BUILD)/san/,$(BINS))
-	@[ -d tests/e2b/node_modules/e2b ] || (cd tests/e2b && (npm ci --offline --no-audit --no-fund || npm ci --no-audit --no-fund))
+	$(call npm_ci,tests/e2b)
 	MOAT_BIN=$(abspath $(BUILD)/san/moat) sh tests/e2b/run.sh $(BUILD)/san/moat
+
+# The JS package (clients/js: plain client, Agents SDK provider, Deep Agents
+# backend) driven by the real SDKs' scripted models, against a real daemon.
+jsclient: $(addprefix $(BUILD)/san/,$(BINS))
+	$(call npm_ci,clients/js)
+	NODE_PASSES=root sh tests/node/run.sh clients/js $(BUILD)/san/moat
+
+# The MCP server (moat mcp over stdio, /mcp over Streamable HTTP) driven by
+# the official MCP TypeScript SDK client.
+mcp: $(addprefix $(BUILD)/san/,$(BINS))
+	$(call npm_ci,tests/mcp)
+	NODE_PASSES=root sh tests/node/run.sh tests/mcp $(BUILD)/san/moat
 
 check: deps
 	$(MAKE) unit
@@ -111,6 +126,8 @@ check: deps
 	$(MAKE) e2e-release
 	$(MAKE) pyclient
 	$(MAKE) e2b
+	$(MAKE) jsclient
+	$(MAKE) mcp
 
 # The same suites against the binaries that ship (optimised, moat a static
 # PIE): how they are linked is part of what must work.

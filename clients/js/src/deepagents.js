@@ -160,7 +160,8 @@ function joinPath(base, rel) {
 
 // Runs inside the sandbox: every argument arrives in the environment, so no
 // pattern or path is ever parsed by the shell. -I skips binary files, -Z
-// ends each file name with a NUL (names with ':' parse), -F is literal.
+// ends each file name with a NUL (names with ':' parse; moat's output shows
+// it as U+FFFD), -F is literal.
 // /proc, /sys, /dev and /run are pruned (a search of "/" must not walk them).
 const GREP_SCRIPT = [
   'if [ -n "$MOAT_GREP_GLOB" ]; then set -- -name "$MOAT_GREP_GLOB"; else set --; fi',
@@ -483,7 +484,8 @@ export class MoatBackend extends BaseSandbox {
     lines.pop()
     const matches = []
     for (const line of lines) {
-      const nul = line.indexOf('\0')
+      // grep -Z ends the name with a NUL, which moat's UTF-8 output shows as U+FFFD
+      const nul = line.search(/[\0\uFFFD]/)
       if (nul < 0) continue
       const file = line.slice(0, nul)
       const rest = line.slice(nul + 1)

@@ -21,6 +21,11 @@ export interface MoatBackendOptions {
   timeoutMs?: number
   /** execute's output cap in bytes (default 1 MiB); past it `truncated` is true. */
   maxOutputBytes?: number
+  /**
+   * Where grep and glob search when given no path or "/" (default: the
+   * sandbox's workspace, /workspace). "/" searches the whole sandbox.
+   */
+  searchRoot?: string
   /** close() deletes the sandbox (MoatBackend.create sets it). Default false. */
   owned?: boolean
 }
@@ -50,6 +55,7 @@ export declare class MoatBackend extends BaseSandbox {
   readonly owned: boolean
   timeoutMs: number
   maxOutputBytes: number
+  searchRoot: string
 
   /** sh -c in the workspace; stderr merged into output in order. */
   execute(command: string): Promise<ExecuteResponse>

@@ -179,9 +179,12 @@ export class MoatBackend extends BaseSandbox {
    * sandbox: a MoatSandbox (moat-sandbox/client). options.timeoutMs: each
    * execute's limit (default 30 min; 0 = none), options.maxOutputBytes:
    * execute's output cap (default 1 MiB), options.owned: close() deletes
-   * the sandbox (set by MoatBackend.create).
+   * the sandbox (set by MoatBackend.create). options.searchRoot: where
+   * grep and glob look when given no path or "/" (default: the sandbox's
+   * workspace; "/" searches everything, which on the host image means the
+   * host's whole /usr: a grep there takes a minute).
    */
-  constructor(sandbox, { timeoutMs = DEFAULT_TIMEOUT_MS, maxOutputBytes = DEFAULT_MAX_OUTPUT, owned = false } = {}) {
+  constructor(sandbox, { timeoutMs = DEFAULT_TIMEOUT_MS, maxOutputBytes = DEFAULT_MAX_OUTPUT, owned = false, searchRoot } = {}) {
     super()
     if (!sandbox || typeof sandbox.exec !== 'function' || typeof sandbox.id !== 'string' || !sandbox.id) {
       throw new TypeError('MoatBackend: the first argument must be a MoatSandbox (from moat-sandbox/client)')
@@ -194,6 +197,16 @@ export class MoatBackend extends BaseSandbox {
     this.#owned = owned
     this.timeoutMs = timeoutMs
     this.maxOutputBytes = maxOutputBytes
+    const root = searchRoot ?? sandbox.info?.workspace ?? '/workspace'
+    if (typeof root !== 'string' || !root.startsWith('/')) {
+      throw new TypeError(`MoatBackend: searchRoot must be an absolute path, got ${JSON.stringify(root)}`)
+    }
+    this.searchRoot = root
+  }
+
+  /** The directory grep/glob search for a path of "/" or none. */
+  #searchPath(path) {
+    return !path || path === '/' ? this.searchRoot : path
   }
 
   /**
@@ -201,10 +214,10 @@ export class MoatBackend extends BaseSandbox {
    * limits, network, manifest, env, metadata, timeoutS, idleTimeoutS, users)
    * and a backend that owns it: close() deletes it.
    */
-  static async create({ timeoutMs, maxOutputBytes, ...sandboxOptions } = {}) {
+  static async create({ timeoutMs, maxOutputBytes, searchRoot, ...sandboxOptions } = {}) {
     const sb = await MoatSandbox.create(sandboxOptions)
     try {
-      return new MoatBackend(sb, { timeoutMs, maxOutputBytes, owned: true })
+      return new MoatBackend(sb, { timeoutMs, maxOutputBytes, searchRoot, owned: true })
     } catch (e) {
       await sb.delete().catch(() => {})
       throw e
@@ -212,9 +225,9 @@ export class MoatBackend extends BaseSandbox {
   }
 
   /** A backend on an existing sandbox (not owned: close() leaves it). */
-  static async connect(id, { baseUrl, token, timeoutMs, maxOutputBytes } = {}) {
+  static async connect(id, { baseUrl, token, timeoutMs, maxOutputBytes, searchRoot } = {}) {
     const sb = await MoatSandbox.connect(id, { baseUrl, token })
-    return new MoatBackend(sb, { timeoutMs, maxOutputBytes })
+    return new MoatBackend(sb, { timeoutMs, maxOutputBytes, searchRoot })
   }
 
   /** The sandbox's id (moat's), as the protocol's backend id. */
@@ -411,13 +424,13 @@ export class MoatBackend extends BaseSandbox {
 
   /**
    * Files and directories matching pattern, with absolute paths. A relative
-   * pattern is matched against paths relative to path (default "/"), an
-   * absolute one against absolute paths. Only the pattern's literal leading
+   * pattern is matched against paths relative to path (for none or "/":
+   * searchRoot), an absolute one against absolute paths. Only the pattern's literal leading
    * directories are listed, to the depth the pattern needs.
    */
-  async glob(pattern, path = '/') {
+  async glob(pattern, path) {
     if (typeof pattern !== 'string' || pattern === '') return { error: 'glob: the pattern must be a non-empty string' }
-    let base = path || '/'
+    let base = this.#searchPath(path)
     let rel = pattern
     if (pattern.startsWith('/')) {
       base = '/'
@@ -461,12 +474,12 @@ export class MoatBackend extends BaseSandbox {
 
   /**
    * Lines containing pattern literally, in the text files under path (a
-   * directory or a file; glob filters file names, as `find -name`).
-   * Runs find and grep inside the sandbox.
+   * directory or a file; for none or "/": searchRoot; glob filters file
+   * names, as `find -name`). Runs find and grep inside the sandbox.
    */
-  async grep(pattern, path = '/', glob = null, maxCount = null) {
+  async grep(pattern, path, glob = null, maxCount = null) {
     if (typeof pattern !== 'string' || pattern === '') return { error: 'grep: the pattern must be a non-empty string' }
-    const dir = path || '/'
+    const dir = this.#searchPath(path)
     const st = await fileOp(async () => ({ st: await this.#sandbox.stat(dir) }), (e) => `grep in '${dir}': ${why(e)}`)
     if (st.error) return st
     if (!st.st) return { error: `grep: path '${dir}' not found` }

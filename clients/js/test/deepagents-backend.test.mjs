@@ -249,6 +249,16 @@ test('glob and grep', async () => {
   assert.equal((await d.v1('GET', `/v1/sandboxes/${b.id}/files/stat?path=${canary}`)).status, 404)
   assert.match((await b.grep('x', '/workspace/none')).error, /path '\/workspace\/none' not found/)
 
+  // no path or "/": the search root, by default the workspace (not the host image's /usr)
+  assert.deepEqual((await b.grep('TODO:', '/')).matches, g.matches)
+  assert.deepEqual((await b.grep('TODO:')).matches, g.matches)
+  assert.deepEqual(paths(await b.glob('**/*.py')), ['/workspace/a.py', '/workspace/pkg/b.py'])
+  await b.uploadFiles([['/tmp/elsewhere/TODO.py', new TextEncoder().encode('TODO: in tmp\n')]])
+  const wide = new MoatBackend(b.sandbox, { searchRoot: '/tmp' })
+  assert.deepEqual((await wide.grep('TODO:', '/')).matches.map((m) => m.path), ['/tmp/elsewhere/TODO.py'])
+  assert.deepEqual(paths(await wide.glob('**/*.py')), ['/tmp/elsewhere/TODO.py'])
+  assert.throws(() => new MoatBackend(b.sandbox, { searchRoot: 'rel' }), /searchRoot must be an absolute path/)
+
   assert.ok(globRegExp('**/x.js').test('x.js'))
   assert.ok(globRegExp('a/**/x.js').test('a/x.js'))
   assert.ok(!globRegExp('*.js').test('a/x.js'))

@@ -180,3 +180,28 @@ test('two agents in parallel, each in its own sandbox made from a manifest', asy
   }
   assert.equal((await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes.length, 0)
 })
+
+test('binary files through the agent: read_file answers an image block, write_file takes base64', async () => {
+  const backend = await MoatBackend.create(opts)
+  try {
+    const png = Buffer.from('89504e470d0a1a0a0000000d49484452000000010000000108020000009077' +
+      '53de0000000c4944415408d763f8cfc000000301010018dd8db00000000049454e44ae426082', 'hex')
+    const put = await d.v1('PUT', `/v1/sandboxes/${backend.id}/files?path=/workspace/dot.png`, png)
+    assert.equal(put.status, 204)
+    const bytes = Buffer.from([0, 1, 2, 0xff, 0xfe])
+    const { results } = await run(backend, [[
+      call('r1', 'read_file', { file_path: '/workspace/dot.png' }),
+      call('w1', 'write_file', { file_path: '/workspace/out/blob.pdf', content: bytes.toString('base64') }),
+    ]])
+    const c = results.get('r1').content
+    assert.ok(Array.isArray(c), JSON.stringify(c).slice(0, 200))
+    const img = c.find((p) => p.type === 'image')
+    assert.ok(img, JSON.stringify(c).slice(0, 300))
+    assert.equal(img.mimeType ?? img.mime_type, 'image/png')
+    assert.deepEqual(Buffer.from(img.data, 'base64'), png)
+    const got = await d.v1('GET', `/v1/sandboxes/${backend.id}/files?path=/workspace/out/blob.pdf`)
+    assert.deepEqual(got.body, bytes)
+  } finally {
+    await backend.close()
+  }
+})

@@ -30,6 +30,10 @@ PERMISSION_DENIED = "permission_denied"
 IS_DIRECTORY = "is_directory"
 INVALID_PATH = "invalid_path"
 
+# execute's time limit when none is given (seconds), as Deep Agents' own
+# sandbox backends default to.
+DEFAULT_EXECUTE_TIMEOUT = 30 * 60
+
 SESSION_STATE_TYPE = "moat.sandbox"
 SESSION_STATE_VERSION = 1
 _ID = re.compile(r"^[a-z0-9]{1,64}$")

@@ -599,16 +599,22 @@ class Sandbox:
 
     # -- Deep Agents backend -----------------------------------------------
 
-    def execute(self, command: str, *, timeout: Optional[float] = 30 * 60,
+    def execute(self, command: str, *, timeout: Optional[float] = None,
                 max_output_bytes: Optional[int] = None) -> ExecuteResponse:
         """Deep Agents' ``execute``: run ``command`` with ``/bin/sh -c`` in
         the workspace, stderr merged into the output in the order written.
-        ``timeout`` in seconds (None: no limit) kills the process group
-        (exit code 137 and a note at the end of the output)."""
+        Past ``timeout`` seconds (None: the default, 30 minutes, as Deep
+        Agents' backends take None; 0: no limit) the process group is
+        killed (exit code 137 and a note at the end of the output)."""
         if not isinstance(command, str):
             raise TypeError("execute: command must be a str, got %s"
                             % type(command).__name__)
-        timeout_ms = None if not timeout else max(1, int(timeout * 1000))
+        if timeout is None:
+            timeout = _backend.DEFAULT_EXECUTE_TIMEOUT
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError("execute: timeout must be seconds >= 0, got %r"
+                             % (timeout,))
+        timeout_ms = None if timeout == 0 else max(1, int(timeout * 1000))
         # exec 2>&1 on the command's own line: the shell's line numbers in
         # its messages stay the command's.
         r = self.exec("exec 2>&1; " + command, timeout_ms=timeout_ms,

@@ -59,6 +59,9 @@ def test_execute_truncation_and_timeout(sb):
     assert s.exit_code == 137
     assert s.output == "started\n[moat: the command was killed after 0.5 s]"
     assert [p for p in sb.processes() if p["running"]] == []
+    with pytest.raises(ValueError, match="timeout must be seconds"):
+        sb.execute("true", timeout=-1)
+    assert sb.execute("sleep 0.2; echo slow-ok", timeout=0).output == "slow-ok\n"
 
 
 def test_upload_files_bytes_and_per_file_errors(sb, url):

@@ -197,7 +197,16 @@ export class MoatSandboxSession {
     const tty = Boolean(args.tty)
     // moat's yield_ms 0 would mean "wait for the end": at least 1 ms
     const yieldMs = Math.max(1, Math.floor(args.yieldTimeMs ?? DEFAULT_EXEC_YIELD_MS))
-    const r = await this.sandbox.exec(shellArgv(args), { cwd: args.workdir || undefined, yieldMs, tty })
+    let r
+    try {
+      r = await this.sandbox.exec(shellArgv(args), { cwd: args.workdir || undefined, yieldMs, tty })
+    } catch (e) {
+      // a refused request (bad workdir, a path moat forbids) is told to the
+      // model as a failed command: the SDK shows a thrown error to it only
+      // as "An error occurred while running the tool"
+      if (!(e instanceof MoatError) || (e.status !== 400 && e.status !== 403)) throw e
+      r = { exit_code: 1, stdout: '', stderr: `moat: ${e.message}\n` }
+    }
     if (r.running) this._tty.set(r.process_id, tty)
     return this._result(r, t0, args.maxOutputTokens)
   }

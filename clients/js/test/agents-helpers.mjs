@@ -27,9 +27,9 @@ export function outputs(result) {
   return m
 }
 
-/** Every text any tool output carried, for "this never reached the model" checks. */
+/** Every tool output the model was given (not the calls), for "this never reached the model" checks. */
 export function allOutputText(result) {
-  return JSON.stringify(result.newItems.map((i) => i.rawItem))
+  return JSON.stringify(result.newItems.filter((i) => i.type === 'tool_call_output_item').map((i) => i.rawItem))
 }
 
 /** The exec text's parts, checking the SDK's layout line by line. */

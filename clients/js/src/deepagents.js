@@ -431,7 +431,8 @@ export class MoatBackend extends BaseSandbox {
   async glob(pattern, path) {
     if (typeof pattern !== 'string' || pattern === '') return { error: 'glob: the pattern must be a non-empty string' }
     let base = this.#searchPath(path)
-    let rel = pattern
+    // "./x" is "x": paths are matched relative to base, without a "./"
+    let rel = pattern.replace(/^(?:\.\/+)+/, '')
     if (pattern.startsWith('/')) {
       base = '/'
       rel = pattern.replace(/^\/+/, '')
@@ -455,7 +456,7 @@ export class MoatBackend extends BaseSandbox {
         const st = await this.#sandbox.stat(root)
         return { files: st ? [info(st)] : [], truncated: false }
       }
-      const depth = rest.includes('**') || rest.some((s) => s.includes('**')) ? MAX_LIST_DEPTH : rest.length
+      const depth = rest.some((s) => s.includes('**')) ? MAX_LIST_DEPTH : rest.length
       let listing
       try {
         listing = await this.#sandbox.list(root, { depth })

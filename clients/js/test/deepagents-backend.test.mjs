@@ -222,6 +222,7 @@ test('glob and grep', async () => {
   const paths = (r) => r.files.map((f) => f.path)
   assert.deepEqual(paths(await b.glob('**/*.py', '/workspace')), ['/workspace/a.py', '/workspace/pkg/b.py'])
   assert.deepEqual(paths(await b.glob('*.py', '/workspace')), ['/workspace/a.py'])
+  assert.deepEqual(paths(await b.glob('./pkg/*.py', '/workspace')), ['/workspace/pkg/b.py'])
   assert.deepEqual(paths(await b.glob('/workspace/pkg/**/*.{ts,md}')), ['/workspace/pkg/deep/c.ts', '/workspace/pkg/deep/d.md'])
   assert.deepEqual(paths(await b.glob('pkg/*', '/workspace')), ['/workspace/pkg/b.py', '/workspace/pkg/deep/'])
   assert.deepEqual(paths(await b.glob('pkg/deep/c.ts', '/workspace')), ['/workspace/pkg/deep/c.ts'])

@@ -7,6 +7,8 @@
 Standard library only.
 """
 
+from .backend import (ExecuteResponse, FileDownloadResponse,
+                      FileUploadResponse)
 from .client import (DEFAULT_URL, Client, ExecResult, FileInfo, Files, Process,
                      ProcessOutput, Sandbox, StreamEvent)
 from .errors import (Conflict, Forbidden, InternalError, InvalidPath,
@@ -19,6 +21,7 @@ __version__ = "0.1.0"
 __all__ = [
     "DEFAULT_URL", "Client", "ExecResult", "FileInfo", "Files", "Process",
     "ProcessOutput", "Sandbox", "StreamEvent",
+    "ExecuteResponse", "FileUploadResponse", "FileDownloadResponse",
     "MoatError", "MoatConnectionError", "InvalidRequest", "InvalidPath",
     "IsDirectory", "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed",
     "Conflict", "TooLarge", "UnsupportedMediaType", "PatchFailed",

@@ -13,7 +13,10 @@ from typing import (Any, BinaryIO, Dict, Iterator, List, Mapping, NamedTuple,
                     Optional, Sequence, Tuple, Union)
 from urllib.parse import quote, urlsplit
 
-from .errors import MoatConnectionError, MoatError, NotFound, error_from_response
+from . import backend as _backend
+from .backend import ExecuteResponse, FileDownloadResponse, FileUploadResponse
+from .errors import (Conflict, MoatConnectionError, MoatError, NotFound,
+                     error_from_response)
 
 __all__ = [
     "Client",
@@ -554,6 +557,130 @@ class Sandbox:
         """Kill every process and remove the sandbox."""
         self.client.request("DELETE", self._path())
         self._deleted = True
+
+    # -- session state -----------------------------------------------------
+
+    def session_state(self) -> Dict[str, Any]:
+        """A JSON-able description of this sandbox to :meth:`resume` later
+        (``{"type", "version", "sandbox_id", "base_url"}``).  It never holds
+        the API token: the resuming side brings its own."""
+        return _backend.session_state(self.id, self.client.url)
+
+    @classmethod
+    def resume(cls, state: Mapping[str, Any], url: Optional[str] = None,
+               token: Optional[str] = None, client: Optional[Client] = None,
+               allow_other_daemon: bool = False) -> "Sandbox":
+        """Reattach to the live sandbox a :meth:`session_state` describes,
+        through the caller's own daemon URL and token (``url``/``token``/
+        ``client``, else ``$MOAT_URL``/``$MOAT_API_TOKEN``).  A state naming
+        another daemon is refused (ValueError) unless ``allow_other_daemon``;
+        a sandbox that is gone raises NotFound saying so, one that stopped
+        Conflict."""
+        parsed = _backend.parse_session_state(
+            dict(state) if isinstance(state, Mapping) else state)
+        client = client or Client(url, token)
+        if not allow_other_daemon and not _backend.same_daemon(
+                parsed["base_url"], client.url):
+            raise ValueError(
+                "session state names the moat daemon at %s, but this client "
+                "talks to %s: pass that URL, or allow_other_daemon=True if the "
+                "same daemon is reached by another address"
+                % (parsed["base_url"], client.url))
+        sid = parsed["sandbox_id"]
+        try:
+            sb = cls.connect(sid, client=client)
+        except NotFound as e:
+            raise _backend.gone_error(e, sid, client.url) from e
+        if sb.state != "running":
+            raise Conflict("sandbox %s of the session state is %s at %s: only "
+                           "delete() is useful now" % (sid, sb.state, client.url),
+                           status=409, code="conflict")
+        return sb
+
+    # -- Deep Agents backend -----------------------------------------------
+
+    def execute(self, command: str, *, timeout: Optional[float] = None,
+                max_output_bytes: Optional[int] = None) -> ExecuteResponse:
+        """Deep Agents' ``execute``: run ``command`` with ``/bin/sh -c`` in
+        the workspace, stderr merged into the output in the order written.
+        Past ``timeout`` seconds (None: the default, 30 minutes, as Deep
+        Agents' backends take None; 0: no limit) the process group is
+        killed (exit code 137 and a note at the end of the output)."""
+        if not isinstance(command, str):
+            raise TypeError("execute: command must be a str, got %s"
+                            % type(command).__name__)
+        if timeout is None:
+            timeout = _backend.DEFAULT_EXECUTE_TIMEOUT
+        if not isinstance(timeout, (int, float)) or timeout < 0:
+            raise ValueError("execute: timeout must be seconds >= 0, got %r"
+                             % (timeout,))
+        timeout_ms = None if timeout == 0 else max(1, int(timeout * 1000))
+        # exec 2>&1 on the command's own line: the shell's line numbers in
+        # its messages stay the command's.
+        r = self.exec("exec 2>&1; " + command, timeout_ms=timeout_ms,
+                      max_output_bytes=max_output_bytes)
+        if not isinstance(r, ExecResult):  # only with yield_ms, never here
+            raise MoatError("execute: moat answered a running process",
+                            code="bad_response")
+        output = r.stdout + r.stderr
+        if r.timed_out:
+            if output and not output.endswith("\n"):
+                output += "\n"
+            output += "[moat: the command was killed after %s s]" % (timeout,)
+        return ExecuteResponse(output=output, exit_code=r.exit_code,
+                               truncated=r.truncated)
+
+    def upload_files(self, files: Sequence[Tuple[str, bytes]]
+                     ) -> List[FileUploadResponse]:
+        """Deep Agents' ``upload_files``: write each ``(path, bytes)``
+        (parents created); one answer per file, in order, with an error code
+        (``file_not_found``, ``permission_denied``, ``is_directory``,
+        ``invalid_path``) for a file moat refused.  Arguments are checked
+        before anything is written; errors that are not about a file (the
+        sandbox is gone, auth) raise."""
+        items = list(files)
+        for i, item in enumerate(items):
+            if not isinstance(item, (tuple, list)) or len(item) != 2:
+                raise TypeError("upload_files: files[%d] is not a (path, bytes) "
+                                "pair" % i)
+            if not isinstance(item[1], (bytes, bytearray, memoryview)):
+                raise TypeError("upload_files: files[%d] (%r): content must be "
+                                "bytes, got %s" % (i, item[0],
+                                                   type(item[1]).__name__))
+        out = []
+        for path, content in items:
+            if _backend.bad_path(path):
+                out.append(FileUploadResponse(path, _backend.INVALID_PATH))
+                continue
+            try:
+                self.files.write(path, bytes(content))
+                out.append(FileUploadResponse(path, None))
+            except MoatError as e:
+                code = _backend.file_error_code(e)
+                if code is None:
+                    raise
+                out.append(FileUploadResponse(path, code))
+        return out
+
+    def download_files(self, paths: Sequence[str]) -> List[FileDownloadResponse]:
+        """Deep Agents' ``download_files``: each file's bytes, or its error
+        code; one answer per path, in order."""
+        if isinstance(paths, (str, bytes)):
+            raise TypeError("download_files: expected a list of paths, got a "
+                            "single %s" % type(paths).__name__)
+        out = []
+        for path in paths:
+            if _backend.bad_path(path):
+                out.append(FileDownloadResponse(path, None, _backend.INVALID_PATH))
+                continue
+            try:
+                out.append(FileDownloadResponse(path, self.files.read(path), None))
+            except MoatError as e:
+                code = _backend.file_error_code(e)
+                if code is None:
+                    raise
+                out.append(FileDownloadResponse(path, None, code))
+        return out
 
     # -- processes ---------------------------------------------------------
 

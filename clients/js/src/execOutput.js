@@ -1,0 +1,91 @@
+// The text the Agents SDK's exec_command / write_stdin tools hand the model.
+// The format is the SDK's own (what its built-in sandboxes return, and what
+// Codex-trained models expect):
+//
+//   Chunk ID: <6 hex>
+//   Wall time: 0.0150 seconds
+//   Process exited with code 0        (or: Process running with session ID 7)
+//   Original token count: 1234        (only when the output was truncated)
+//   Output:
+//   <output>
+//
+// Truncation keeps the head and the tail of the output within
+// maxOutputTokens, counting 4 bytes a token, with a line-count header and a
+// "...N tokens truncated..." marker where the middle was cut.
+import crypto from 'node:crypto'
+
+const BYTES_PER_TOKEN = 4
+const enc = new TextEncoder()
+const bytesOf = (s) => enc.encode(s).length
+const tokensOf = (bytes) => (bytes <= 0 ? 0 : Math.ceil(bytes / BYTES_PER_TOKEN))
+const marker = (tokens) => `...${tokens} tokens truncated...`
+
+/** The longest prefix of s within maxBytes of UTF-8, never splitting a character. */
+function headWithin(s, maxBytes) {
+  let used = 0
+  let end = 0
+  for (const ch of s) {
+    const b = bytesOf(ch)
+    if (used + b > maxBytes) break
+    used += b
+    end += ch.length
+  }
+  return { text: s.slice(0, end), bytes: used }
+}
+
+/** The longest suffix of s within maxBytes of UTF-8, never splitting a character. */
+function tailWithin(s, maxBytes) {
+  const chars = Array.from(s)
+  let used = 0
+  let i = chars.length
+  while (i > 0) {
+    const b = bytesOf(chars[i - 1])
+    if (used + b > maxBytes) break
+    used += b
+    i--
+  }
+  return { text: chars.slice(i).join(''), bytes: used }
+}
+
+/**
+ * Cut text to maxOutputTokens (4 bytes a token) keeping its head and tail.
+ * -> {text, originalTokenCount?}: originalTokenCount only when it was cut.
+ */
+export function truncateOutput(text, maxOutputTokens) {
+  if (maxOutputTokens === undefined || maxOutputTokens === null) return { text }
+  const budget = Math.max(0, Math.floor(maxOutputTokens)) * BYTES_PER_TOKEN
+  const total = bytesOf(text)
+  if (total <= budget) return { text }
+  const originalTokenCount = tokensOf(total)
+  const lines = text === '' ? 0 : text.split(/\r\n|\r|\n/).length
+  let header = `Total output lines: ${lines}\n\n`
+  const worstMarker = marker(originalTokenCount)
+  if (bytesOf(header) + bytesOf(worstMarker) > budget) header = ''
+  const room = budget - bytesOf(header) - bytesOf(worstMarker)
+  if (room < 0) return { text: header + headWithin(worstMarker, budget - bytesOf(header)).text, originalTokenCount }
+  // each half gets its own budget (a character that does not fit at the
+  // head's boundary is not lent to the tail), as the SDK's sandboxes do
+  const half = Math.floor(room / 2)
+  const head = headWithin(text, half)
+  const tail = tailWithin(text.slice(head.text.length), room - half)
+  return {
+    text: `${header}${head.text}${marker(tokensOf(total - head.bytes - tail.bytes))}${tail.text}`,
+    originalTokenCount,
+  }
+}
+
+/**
+ * The tool's text. r: {output, wallTimeSeconds, exitCode?, sessionId?,
+ * originalTokenCount?}; a sessionId means the process is still running.
+ */
+export function formatExecResponse(r) {
+  const lines = [
+    `Chunk ID: ${crypto.randomBytes(3).toString('hex')}`,
+    `Wall time: ${r.wallTimeSeconds.toFixed(4)} seconds`,
+  ]
+  if (typeof r.sessionId === 'number') lines.push(`Process running with session ID ${r.sessionId}`)
+  else if (typeof r.exitCode === 'number') lines.push(`Process exited with code ${r.exitCode}`)
+  if (typeof r.originalTokenCount === 'number') lines.push(`Original token count: ${r.originalTokenCount}`)
+  lines.push('Output:', r.output)
+  return lines.join('\n')
+}

@@ -294,3 +294,53 @@ test('cleanup: the runner deletes its sandbox with one DELETE; session.delete an
     globalThis.fetch = realFetch
   }
 })
+
+test('session file API (readFile, listDir, pathExists, directoryExists, materializeEntry) against /v1', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const session = await client.create({ manifest: new Manifest({ entries: { 'd/a.txt': { type: 'file', content: 'hello world\n' } } }) })
+  const id = session.state.sandboxId
+  try {
+    await d.v1('PUT', `/v1/sandboxes/${id}/files?path=d/sub/b.bin`, new Uint8Array([1, 2, 3]))
+    assert.deepEqual(Buffer.from(await session.readFile({ path: 'd/a.txt' })).toString(), 'hello world\n')
+    assert.deepEqual(Buffer.from(await session.readFile({ path: '/workspace/d/a.txt', maxBytes: 5 })).toString(), 'hello')
+    const e = await session.readFile({ path: 'nope' }).catch((x) => x)
+    assert.equal(e?.code, 'workspace_read_not_found', String(e))
+    const l = await session.listDir({ path: 'd' })
+    assert.deepEqual(l.sort((x, y) => x.name.localeCompare(y.name)), [
+      { name: 'a.txt', path: 'd/a.txt', type: 'file' },
+      { name: 'sub', path: 'd/sub', type: 'dir' },
+    ])
+    assert.equal(await session.pathExists('d/sub/b.bin'), true)
+    assert.equal(await session.pathExists('/workspace/nope'), false)
+    assert.equal(await session.directoryExists('d/sub'), true)
+    assert.equal(await session.directoryExists('d/a.txt'), false)
+    fs.writeFileSync(path.join(hostDir, 'late.txt'), 'late\n')
+    await session.materializeEntry({ path: 'later/late.txt', entry: { type: 'local_file', src: 'late.txt' } })
+    assert.equal((await file(id, 'later/late.txt')).toString(), 'late\n')
+    await assert.rejects(session.materializeEntry({ path: 'r', entry: { type: 'git_repo', repo: 'o/n' } }), /cloned when the sandbox is created/)
+    await assert.rejects(session.materializeEntry({ path: 'x', entry: { type: 'file', content: 'x' }, runAs: 'bob' }), /runAs "bob"/)
+    assert.equal(await stat(id, 'x'), null)
+  } finally {
+    await session.delete()
+  }
+})
+
+test('sandbox.cwd scopes the tools to a workspace subdirectory; an explicit shell is used', async () => {
+  const mark = tag()
+  const { agent } = agentWith([
+    [functionCall('exec_command', { cmd: 'pwd; ls' }, { callId: 'w1' })],
+    [{ type: 'apply_patch_call', callId: 'w2', status: 'completed', operation: { type: 'create_file', path: 'made.txt', diff: '+m\n' } }],
+    [functionCall('exec_command', { cmd: 'echo "$0"', shell: '/bin/bash', login: false }, { callId: 'w3' })],
+    modelResponder(async () => {
+      const [b] = await listed(mark)
+      return [assistantMessage(String(await file(b.id, 'proj/made.txt')))]
+    }),
+  ], { agent: { defaultManifest: new Manifest({ entries: { 'proj/in.txt': { type: 'file', content: 'x\n' } } }) } })
+  const r = await run(agent, 'go', { sandbox: { client: newClient(mark), cwd: 'proj' }, maxTurns: 6 })
+  const o = outputs(r)
+  assert.equal(parseExec(o.get('w1')).output, '/workspace/proj\nin.txt\n')
+  assert.equal(o.get('w2').status, 'completed')
+  assert.equal(parseExec(o.get('w3')).output, '/bin/bash\n')
+  assert.equal(r.finalOutput, 'm\n')
+})

@@ -29,6 +29,9 @@ const DEFAULT_EXEC_YIELD_MS = 10_000 // the exec_command tool's default
 const DEFAULT_STDIN_YIELD_MS = 250 // the write_stdin tool's default
 const CREATE_OPTIONS = ['image', 'limits', 'network', 'metadata', 'timeoutS', 'idleTimeoutS']
 const DEFAULT_MODE = { dir: 0o755, file: 0o644 } // what moat gives new files and directories
+const MAX_YIELD_MS = 240_000
+
+const yieldOf = (ms, dflt) => Math.min(MAX_YIELD_MS, Math.max(1, Math.floor(ms ?? dflt)))
 
 function refuseRunAs(runAs, what) {
   if (runAs !== undefined && runAs !== null && runAs !== '') {
@@ -161,9 +164,10 @@ function diffBody(diff, kind, path) {
 
 export class MoatSandboxSession {
   /** Made by MoatSandboxClient.create / resume. sandbox: a MoatSandbox. */
-  constructor(sandbox, state) {
+  constructor(sandbox, state, { localSourceBaseDir } = {}) {
     Object.defineProperty(this, 'sandbox', { value: sandbox, enumerable: false })
     this.state = state
+    this._localBase = localSourceBaseDir ?? process.cwd()
     this._tty = new Map() // process id -> tty, for "\u0003" on write_stdin
     this._deleted = null
   }
@@ -195,8 +199,9 @@ export class MoatSandboxSession {
     refuseRunAs(args.runAs, 'exec_command')
     const t0 = Date.now()
     const tty = Boolean(args.tty)
-    // moat's yield_ms 0 would mean "wait for the end": at least 1 ms
-    const yieldMs = Math.max(1, Math.floor(args.yieldTimeMs ?? DEFAULT_EXEC_YIELD_MS))
+    // moat's yield_ms 0 would mean "wait for the end": at least 1 ms; at
+    // most MAX_YIELD_MS, within node fetch's 300 s wait for an answer's head
+    const yieldMs = yieldOf(args.yieldTimeMs, DEFAULT_EXEC_YIELD_MS)
     let r
     try {
       r = await this.sandbox.exec(shellArgv(args), { cwd: args.workdir || undefined, yieldMs, tty })
@@ -225,7 +230,7 @@ export class MoatSandboxSession {
         await this.sandbox.kill(pid, 'INT')
         chars = chars.split('\u0003').join('')
       }
-      const yieldMs = Math.max(1, Math.floor(args.yieldTimeMs ?? DEFAULT_STDIN_YIELD_MS))
+      const yieldMs = yieldOf(args.yieldTimeMs, DEFAULT_STDIN_YIELD_MS)
       const r = await this.sandbox.writeStdin(pid, chars, { yieldMs })
       return formatExecResponse(this._result(r, t0, args.maxOutputTokens))
     } catch (e) {
@@ -318,7 +323,7 @@ export class MoatSandboxSession {
 
   async _materialize(entries) {
     // everything is read and checked before the first write
-    const ops = await planEntries(entries, { localBase: this._localBase ?? process.cwd() })
+    const ops = await planEntries(entries, { localBase: this._localBase })
     const git = ops.find((o) => o.op === 'git')
     if (git) {
       throw new SandboxUnsupportedFeatureError(`moat: manifest.entries[${JSON.stringify(git.path)}]: a git_repo is cloned when the sandbox is created, not into a running one`,
@@ -399,9 +404,8 @@ export class MoatSandboxClient {
       await sb.delete().catch(() => {})
       throw e
     }
-    const session = new MoatSandboxSession(sb, { manifest, sandboxId: sb.id, environment, workspaceReady: true })
-    session._localBase = this.localSourceBaseDir
-    return session
+    return new MoatSandboxSession(sb, { manifest, sandboxId: sb.id, environment, workspaceReady: true },
+      { localSourceBaseDir: this.localSourceBaseDir })
   }
 
   /** Reattach to the live sandbox of state, through this client's own baseUrl and token. */
@@ -419,9 +423,7 @@ export class MoatSandboxClient {
     if (sb.info.state !== 'running') {
       throw new UserError(`moat: sandbox ${id} on ${this.baseUrl} is ${sb.info.state}; it cannot be resumed (delete it and create a new one)`)
     }
-    const session = new MoatSandboxSession(sb, state)
-    session._localBase = this.localSourceBaseDir
-    return session
+    return new MoatSandboxSession(sb, state, { localSourceBaseDir: this.localSourceBaseDir })
   }
 
   /** The sandbox's id and manifest; never the token, the URL or environment values (moat keeps the env). */

@@ -8,8 +8,8 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
-import { Manifest } from '@openai/agents/sandbox'
-import { functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
+import { Manifest, SandboxAgent, shell, filesystem } from '@openai/agents/sandbox'
+import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
 import { truncateOutput as sdkTruncate } from '@openai/agents-core/sandbox/internal'
 import { Daemon, tag } from '../../../tests/node/daemon.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
@@ -343,4 +343,39 @@ test('sandbox.cwd scopes the tools to a workspace subdirectory; an explicit shel
   assert.equal(o.get('w2').status, 'completed')
   assert.equal(parseExec(o.get('w3')).output, '/bin/bash\n')
   assert.equal(r.finalOutput, 'm\n')
+})
+
+test('Chat Completions transport: a freeform multi-file patch reaches moat one file at a time; view_image as a data URL', async () => {
+  // the SDK picks its function-tool fallbacks for model classes named *ChatCompletions*
+  class ScriptedChatCompletionsModel extends ScriptedModel {}
+  const mark = tag()
+  let after = null
+  const model = new ScriptedChatCompletionsModel([
+    [functionCall('apply_patch', { patch: '*** Begin Patch\n*** Add File: new.txt\n+n1\n+n2\n*** Update File: old.txt\n@@\n-absent line\n+x\n*** Update File: other.txt\n@@\n-o\n+O\n*** End Patch\n' }, { callId: 'cc1' })],
+    [functionCall('view_image', { path: 'dot.png' }, { callId: 'cc2' })],
+    modelResponder(async () => {
+      const [b] = await listed(mark)
+      after = { n: (await file(b.id, 'new.txt')).toString(), old: (await file(b.id, 'old.txt')).toString(), other: (await file(b.id, 'other.txt')).toString() }
+      return [assistantMessage('done')]
+    }),
+  ])
+  const agent = new SandboxAgent({
+    name: 'cc', model, capabilities: [shell(), filesystem()],
+    defaultManifest: new Manifest({ entries: {
+      'old.txt': { type: 'file', content: 'old\n' },
+      'other.txt': { type: 'file', content: 'o\n' },
+      'dot.png': { type: 'file', content: new Uint8Array(PNG_1X1) },
+    } }),
+  })
+  const r = await run(agent, 'go', { sandbox: { client: newClient(mark) }, maxTurns: 5 })
+  assert.ok(model.calls[0].request.tools.some((t) => t.type === 'function' && t.name === 'apply_patch'))
+  const o = outputs(r)
+  const text = String(o.get('cc1'))
+  assert.match(text, /Created new\.txt/)
+  assert.match(text, /old\.txt: could not find context/)
+  assert.match(text, /Updated other\.txt/)
+  // each operation is all or nothing; the SDK carries on after a failed one
+  assert.deepEqual(after, { n: 'n1\nn2\n', old: 'old\n', other: 'O\n' })
+  assert.ok(String(o.get('cc2')).includes(`data:image/png;base64,${PNG_1X1.toString('base64')}`), String(o.get('cc2')).slice(0, 200))
+  assert.deepEqual(await listed(mark), [])
 })

@@ -67,9 +67,11 @@ async function applyOps(sb, ops, chmods) {
     if (o.op === 'dir') await sb.mkdir(o.path)
     else await sb.writeFile(o.path, o.bytes)
   }
+  // after the writes, so that a read-only directory is filled first
+  const kind = new Map(ops.map((o) => [o.path, o.op]))
   const args = []
   for (const c of chmods) {
-    const dflt = ops.find((o) => o.path === c.path)?.op === 'file' ? DEFAULT_MODE.file : DEFAULT_MODE.dir
+    const dflt = kind.get(c.path) === 'file' ? DEFAULT_MODE.file : DEFAULT_MODE.dir
     if (c.mode !== dflt) args.push(c.mode.toString(8), c.path)
   }
   if (args.length) {
@@ -337,7 +339,7 @@ export class MoatSandboxSession {
   }
 
   async hydrateWorkspace(data) {
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'base64') : data instanceof ArrayBuffer ? new Uint8Array(data) : data
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data instanceof ArrayBuffer ? new Uint8Array(data) : data
     await this.sandbox.restoreArchive(bytes)
   }
 

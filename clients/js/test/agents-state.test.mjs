@@ -186,3 +186,18 @@ test('an interrupted run (tool approval) keeps its sandbox; the RunState resumes
   assert.deepEqual(resumed, [live[0].id])
   assert.deepEqual((await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes, [])
 })
+
+test('persistWorkspace / hydrateWorkspace carry a workspace from one sandbox to another (moat archives)', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const a = await client.create({ manifest: new Manifest({ entries: { 'k/keep.txt': { type: 'file', content: 'kept\n' } } }) })
+  const b = await client.create({ manifest: new Manifest() })
+  try {
+    const tar = await a.persistWorkspace()
+    await b.hydrateWorkspace(tar)
+    assert.equal(await text(b.state.sandboxId, 'k/keep.txt'), 'kept\n')
+  } finally {
+    await a.delete()
+    await b.delete()
+  }
+})

@@ -77,8 +77,10 @@ export function truncateOutput(text, maxOutputTokens) {
   // each half gets its own budget (a character that does not fit at the
   // head's boundary is not lent to the tail), as the SDK's sandboxes do
   const half = Math.floor(room / 2)
-  const head = headWithin(text, half)
-  const tail = tailWithin(text.slice(head.text.length), room - half)
+  // the kept text is as UTF-8 would carry it (a lone surrogate becomes U+FFFD)
+  const wf = text.toWellFormed()
+  const head = headWithin(wf, half)
+  const tail = tailWithin(wf.slice(head.text.length), room - half)
   return {
     text: `${header}${head.text}${marker(tokensOf(total - head.bytes - tail.bytes))}${tail.text}`,
     originalTokenCount,

@@ -142,6 +142,14 @@ test('a resumed session reaches a process started before (write_stdin ids are mo
     const done = parseExec(await resumed.writeStdin({ sessionId: started.sessionId, chars: 'ok\n', yieldTimeMs: 3000 }))
     assert.equal(done.exitCode, 0)
     assert.equal(done.output, 'later:ok\n')
+    // ^C after a resume: the new session asks moat whether the process has a tty
+    const plain = parseExec(await session.execCommand({ cmd: 'sleep 60', yieldTimeMs: 100 }))
+    const term = parseExec(await session.execCommand({ cmd: 'cat', tty: true, yieldTimeMs: 100 }))
+    const again = await other.resume(await other.deserializeSessionState(JSON.parse(json)))
+    assert.equal(parseExec(await again.writeStdin({ sessionId: plain.sessionId, chars: '\u0003', yieldTimeMs: 3000 })).exitCode, 128 + 2)
+    const t = parseExec(await again.writeStdin({ sessionId: term.sessionId, chars: '\u0003', yieldTimeMs: 3000 }))
+    assert.equal(t.exitCode, 128 + 2)
+    assert.match(t.output, /\^C/, 'on a tty, ^C went through the terminal')
   } finally {
     await session.delete()
   }

@@ -296,7 +296,16 @@ export class MoatSandboxSession {
 
   async listDir(args) {
     refuseRunAs(args.runAs, 'listDir')
-    const { entries } = await this.sandbox.list(moatPath(args.path), { depth: 1 })
+    let entries
+    try {
+      ;({ entries } = await this.sandbox.list(moatPath(args.path), { depth: 1 }))
+    } catch (e) {
+      // the SDK's capabilities (Skills) treat this error as "not there"
+      if (e instanceof MoatError && e.status === 404 && !isSandboxGone(e)) {
+        throw new SandboxWorkspaceReadNotFoundError(`moat: no directory ${args.path} in the sandbox`, { path: args.path })
+      }
+      throw e
+    }
     return entries.map((e) => ({ name: e.name, path: logicalPath(e.path), type: e.type === 'file' || e.type === 'dir' ? e.type : 'other' }))
   }
 

@@ -311,6 +311,8 @@ test('session file API (readFile, listDir, pathExists, directoryExists, material
       { name: 'a.txt', path: 'd/a.txt', type: 'file' },
       { name: 'sub', path: 'd/sub', type: 'dir' },
     ])
+    const nd = await session.listDir({ path: 'no/dir' }).catch((x) => x)
+    assert.equal(nd?.code, 'workspace_read_not_found', String(nd))
     assert.equal(await session.pathExists('d/sub/b.bin'), true)
     assert.equal(await session.pathExists('/workspace/nope'), false)
     assert.equal(await session.directoryExists('d/sub'), true)

@@ -1,5 +1,5 @@
 // Types of src/agents.js: moat as a sandbox provider of the OpenAI Agents SDK (@openai/agents 0.20).
-import type { Editor } from '@openai/agents'
+import type { Editor, ToolOutputImage } from '@openai/agents'
 import type {
   Manifest, SandboxClient, SandboxClientCreateArgs, SandboxSession, SandboxSessionState, ExecCommandArgs,
   SandboxExecResult, WriteStdinArgs, ViewImageArgs, ReadFileArgs, ListDirectoryArgs, SandboxDirectoryEntry,
@@ -52,7 +52,7 @@ export declare class MoatSandboxSession implements SandboxSession<MoatSessionSta
   exec(args: ExecCommandArgs): Promise<SandboxExecResult>
   execCommand(args: ExecCommandArgs): Promise<string>
   writeStdin(args: WriteStdinArgs): Promise<string>
-  viewImage(args: ViewImageArgs): Promise<{ type: 'image'; image: { data: Uint8Array; mediaType: string } }>
+  viewImage(args: ViewImageArgs): Promise<ToolOutputImage>
   readFile(args: ReadFileArgs): Promise<Uint8Array>
   listDir(args: ListDirectoryArgs): Promise<SandboxDirectoryEntry[]>
   pathExists(path: string, runAs?: string): Promise<boolean>
@@ -69,7 +69,8 @@ export declare class MoatSandboxSession implements SandboxSession<MoatSessionSta
   close(): Promise<void>
 }
 
-export declare class MoatSandboxClient implements SandboxClient<MoatSandboxOptions, MoatSessionState> {
+// States are typed as the SDK's (what the runner hands over); at run time they must carry sandboxId.
+export declare class MoatSandboxClient implements SandboxClient<MoatSandboxOptions, SandboxSessionState> {
   constructor(opts?: MoatSandboxClientOptions)
   readonly backendId: 'moat'
   readonly baseUrl: string
@@ -77,11 +78,11 @@ export declare class MoatSandboxClient implements SandboxClient<MoatSandboxOptio
   readonly localSourceBaseDir: string
   create(args?: SandboxClientCreateArgs<MoatSandboxOptions> | Manifest, manifestOptions?: MoatSandboxOptions): Promise<MoatSandboxSession>
   /** Reattaches through this client's own baseUrl and token; UserError when the sandbox is gone or stopped. */
-  resume(state: MoatSessionState): Promise<MoatSandboxSession>
-  serializeSessionState(state: MoatSessionState): Promise<MoatSerializedSessionState>
+  resume(state: SandboxSessionState): Promise<MoatSandboxSession>
+  serializeSessionState(state: SandboxSessionState): Promise<MoatSerializedSessionState>
   deserializeSessionState(state: Record<string, unknown>): Promise<MoatSessionState>
   /** false: moat keeps no snapshots. */
-  canPersistOwnedSessionState(state?: MoatSessionState): false
+  canPersistOwnedSessionState(state?: SandboxSessionState): false
   /** Idempotent. */
-  delete(state: MoatSessionState): Promise<void>
+  delete(state: SandboxSessionState): Promise<void>
 }

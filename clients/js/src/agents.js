@@ -29,6 +29,9 @@ const DEFAULT_EXEC_YIELD_MS = 10_000 // the exec_command tool's default
 const DEFAULT_STDIN_YIELD_MS = 250 // the write_stdin tool's default
 const CREATE_OPTIONS = ['image', 'limits', 'network', 'metadata', 'timeoutS', 'idleTimeoutS']
 const DEFAULT_MODE = { dir: 0o755, file: 0o644 } // what moat gives new files and directories
+const MAX_YIELD_MS = 240_000
+
+const yieldOf = (ms, dflt) => Math.min(MAX_YIELD_MS, Math.max(1, Math.floor(ms ?? dflt)))
 
 function refuseRunAs(runAs, what) {
   if (runAs !== undefined && runAs !== null && runAs !== '') {
@@ -64,9 +67,11 @@ async function applyOps(sb, ops, chmods) {
     if (o.op === 'dir') await sb.mkdir(o.path)
     else await sb.writeFile(o.path, o.bytes)
   }
+  // after the writes, so that a read-only directory is filled first
+  const kind = new Map(ops.map((o) => [o.path, o.op]))
   const args = []
   for (const c of chmods) {
-    const dflt = ops.find((o) => o.path === c.path)?.op === 'file' ? DEFAULT_MODE.file : DEFAULT_MODE.dir
+    const dflt = kind.get(c.path) === 'file' ? DEFAULT_MODE.file : DEFAULT_MODE.dir
     if (c.mode !== dflt) args.push(c.mode.toString(8), c.path)
   }
   if (args.length) {
@@ -161,9 +166,10 @@ function diffBody(diff, kind, path) {
 
 export class MoatSandboxSession {
   /** Made by MoatSandboxClient.create / resume. sandbox: a MoatSandbox. */
-  constructor(sandbox, state) {
+  constructor(sandbox, state, { localSourceBaseDir } = {}) {
     Object.defineProperty(this, 'sandbox', { value: sandbox, enumerable: false })
     this.state = state
+    this._localBase = localSourceBaseDir ?? process.cwd()
     this._tty = new Map() // process id -> tty, for "\u0003" on write_stdin
     this._deleted = null
   }
@@ -195,8 +201,9 @@ export class MoatSandboxSession {
     refuseRunAs(args.runAs, 'exec_command')
     const t0 = Date.now()
     const tty = Boolean(args.tty)
-    // moat's yield_ms 0 would mean "wait for the end": at least 1 ms
-    const yieldMs = Math.max(1, Math.floor(args.yieldTimeMs ?? DEFAULT_EXEC_YIELD_MS))
+    // moat's yield_ms 0 would mean "wait for the end": at least 1 ms; at
+    // most MAX_YIELD_MS, within node fetch's 300 s wait for an answer's head
+    const yieldMs = yieldOf(args.yieldTimeMs, DEFAULT_EXEC_YIELD_MS)
     let r
     try {
       r = await this.sandbox.exec(shellArgv(args), { cwd: args.workdir || undefined, yieldMs, tty })
@@ -225,7 +232,7 @@ export class MoatSandboxSession {
         await this.sandbox.kill(pid, 'INT')
         chars = chars.split('\u0003').join('')
       }
-      const yieldMs = Math.max(1, Math.floor(args.yieldTimeMs ?? DEFAULT_STDIN_YIELD_MS))
+      const yieldMs = yieldOf(args.yieldTimeMs, DEFAULT_STDIN_YIELD_MS)
       const r = await this.sandbox.writeStdin(pid, chars, { yieldMs })
       return formatExecResponse(this._result(r, t0, args.maxOutputTokens))
     } catch (e) {
@@ -289,7 +296,16 @@ export class MoatSandboxSession {
 
   async listDir(args) {
     refuseRunAs(args.runAs, 'listDir')
-    const { entries } = await this.sandbox.list(moatPath(args.path), { depth: 1 })
+    let entries
+    try {
+      ;({ entries } = await this.sandbox.list(moatPath(args.path), { depth: 1 }))
+    } catch (e) {
+      // the SDK's capabilities (Skills) treat this error as "not there"
+      if (e instanceof MoatError && e.status === 404 && !isSandboxGone(e)) {
+        throw new SandboxWorkspaceReadNotFoundError(`moat: no directory ${args.path} in the sandbox`, { path: args.path })
+      }
+      throw e
+    }
     return entries.map((e) => ({ name: e.name, path: logicalPath(e.path), type: e.type === 'file' || e.type === 'dir' ? e.type : 'other' }))
   }
 
@@ -318,7 +334,7 @@ export class MoatSandboxSession {
 
   async _materialize(entries) {
     // everything is read and checked before the first write
-    const ops = await planEntries(entries, { localBase: this._localBase ?? process.cwd() })
+    const ops = await planEntries(entries, { localBase: this._localBase })
     const git = ops.find((o) => o.op === 'git')
     if (git) {
       throw new SandboxUnsupportedFeatureError(`moat: manifest.entries[${JSON.stringify(git.path)}]: a git_repo is cloned when the sandbox is created, not into a running one`,
@@ -332,7 +348,7 @@ export class MoatSandboxSession {
   }
 
   async hydrateWorkspace(data) {
-    const bytes = typeof data === 'string' ? Buffer.from(data, 'base64') : data instanceof ArrayBuffer ? new Uint8Array(data) : data
+    const bytes = typeof data === 'string' ? new TextEncoder().encode(data) : data instanceof ArrayBuffer ? new Uint8Array(data) : data
     await this.sandbox.restoreArchive(bytes)
   }
 
@@ -399,9 +415,8 @@ export class MoatSandboxClient {
       await sb.delete().catch(() => {})
       throw e
     }
-    const session = new MoatSandboxSession(sb, { manifest, sandboxId: sb.id, environment, workspaceReady: true })
-    session._localBase = this.localSourceBaseDir
-    return session
+    return new MoatSandboxSession(sb, { manifest, sandboxId: sb.id, environment, workspaceReady: true },
+      { localSourceBaseDir: this.localSourceBaseDir })
   }
 
   /** Reattach to the live sandbox of state, through this client's own baseUrl and token. */
@@ -419,9 +434,7 @@ export class MoatSandboxClient {
     if (sb.info.state !== 'running') {
       throw new UserError(`moat: sandbox ${id} on ${this.baseUrl} is ${sb.info.state}; it cannot be resumed (delete it and create a new one)`)
     }
-    const session = new MoatSandboxSession(sb, state)
-    session._localBase = this.localSourceBaseDir
-    return session
+    return new MoatSandboxSession(sb, state, { localSourceBaseDir: this.localSourceBaseDir })
   }
 
   /** The sandbox's id and manifest; never the token, the URL or environment values (moat keeps the env). */

@@ -51,7 +51,7 @@ function defined(obj) {
  * (sent raw). as: 'json' | 'bytes' | 'none'. Throws MoatError for an error
  * answer, an Error naming the URL when moat cannot be reached.
  */
-async function request(conn, method, path, { body, as = 'json', okStatus } = {}) {
+async function request(conn, method, path, { body, as = 'json' } = {}) {
   const url = conn.baseUrl + path
   const headers = {}
   if (conn.token) headers.Authorization = `Bearer ${conn.token}`
@@ -80,9 +80,6 @@ async function request(conn, method, path, { body, as = 'json', okStatus } = {})
       if (j?.error?.message) message = j.error.message
     } catch {}
     throw new MoatError(res.status, code, message)
-  }
-  if (okStatus !== undefined && res.status !== okStatus) {
-    throw new MoatError(res.status, 'unexpected_status', `moat answered ${res.status} to ${method} ${path} (expected ${okStatus})`)
   }
   if (as === 'bytes') return buf
   if (as === 'none' || buf.length === 0) return undefined

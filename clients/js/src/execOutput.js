@@ -17,6 +17,12 @@ import crypto from 'node:crypto'
 const BYTES_PER_TOKEN = 4
 const enc = new TextEncoder()
 const bytesOf = (s) => enc.encode(s).length
+// UTF-8 length of one character of a for..of walk (a lone surrogate is
+// encoded as U+FFFD: 3 bytes), without an encoder call per character
+const charBytes = (ch) => {
+  const cp = ch.codePointAt(0)
+  return cp < 0x80 ? 1 : cp < 0x800 ? 2 : cp < 0x10000 ? 3 : 4
+}
 const tokensOf = (bytes) => (bytes <= 0 ? 0 : Math.ceil(bytes / BYTES_PER_TOKEN))
 const marker = (tokens) => `...${tokens} tokens truncated...`
 
@@ -25,7 +31,7 @@ function headWithin(s, maxBytes) {
   let used = 0
   let end = 0
   for (const ch of s) {
-    const b = bytesOf(ch)
+    const b = charBytes(ch)
     if (used + b > maxBytes) break
     used += b
     end += ch.length
@@ -33,18 +39,23 @@ function headWithin(s, maxBytes) {
   return { text: s.slice(0, end), bytes: used }
 }
 
-/** The longest suffix of s within maxBytes of UTF-8, never splitting a character. */
+/** The longest suffix of s within maxBytes of UTF-8, never splitting a character (walked from the end). */
 function tailWithin(s, maxBytes) {
-  const chars = Array.from(s)
   let used = 0
-  let i = chars.length
+  let i = s.length
   while (i > 0) {
-    const b = bytesOf(chars[i - 1])
+    let start = i - 1
+    const lo = s.charCodeAt(start)
+    if (lo >= 0xdc00 && lo <= 0xdfff && start > 0) {
+      const hi = s.charCodeAt(start - 1)
+      if (hi >= 0xd800 && hi <= 0xdbff) start--
+    }
+    const b = charBytes(s.slice(start, i))
     if (used + b > maxBytes) break
     used += b
-    i--
+    i = start
   }
-  return { text: chars.slice(i).join(''), bytes: used }
+  return { text: s.slice(i), bytes: used }
 }
 
 /**
@@ -66,8 +77,10 @@ export function truncateOutput(text, maxOutputTokens) {
   // each half gets its own budget (a character that does not fit at the
   // head's boundary is not lent to the tail), as the SDK's sandboxes do
   const half = Math.floor(room / 2)
-  const head = headWithin(text, half)
-  const tail = tailWithin(text.slice(head.text.length), room - half)
+  // the kept text is as UTF-8 would carry it (a lone surrogate becomes U+FFFD)
+  const wf = text.toWellFormed()
+  const head = headWithin(wf, half)
+  const tail = tailWithin(wf.slice(head.text.length), room - half)
   return {
     text: `${header}${head.text}${marker(tokensOf(total - head.bytes - tail.bytes))}${tail.text}`,
     originalTokenCount,

@@ -95,7 +95,7 @@ test('git_repo: the daemon refuses it without a network allowlist, and that erro
 })
 
 test('exec text and truncation are the SDK\'s own (its formatter as the oracle)', () => {
-  const samples = ['', 'one line', 'a\nb\nc\n', 'é'.repeat(500), `${'x'.repeat(3000)}\n${'y'.repeat(3000)}`, '😀 mixed\r\nlines\n'.repeat(200)]
+  const samples = ['', 'one line', 'a\nb\nc\n', 'é'.repeat(500), 'a\ud800b\udc00c😀'.repeat(40), `${'x'.repeat(3000)}\n${'y'.repeat(3000)}`, '😀 mixed\r\nlines\n'.repeat(200)]
   for (const s of samples) {
     for (const n of [0, 1, 3, 10, 64, 1000, undefined]) {
       assert.deepEqual(truncateOutput(s, n), sdkTruncate(s, n), `${JSON.stringify(s.slice(0, 20))} @ ${n}`)

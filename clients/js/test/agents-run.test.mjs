@@ -8,8 +8,8 @@ import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
-import { Manifest } from '@openai/agents/sandbox'
-import { functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
+import { Manifest, SandboxAgent, shell, filesystem } from '@openai/agents/sandbox'
+import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
 import { truncateOutput as sdkTruncate } from '@openai/agents-core/sandbox/internal'
 import { Daemon, tag } from '../../../tests/node/daemon.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
@@ -293,4 +293,91 @@ test('cleanup: the runner deletes its sandbox with one DELETE; session.delete an
   } finally {
     globalThis.fetch = realFetch
   }
+})
+
+test('session file API (readFile, listDir, pathExists, directoryExists, materializeEntry) against /v1', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const session = await client.create({ manifest: new Manifest({ entries: { 'd/a.txt': { type: 'file', content: 'hello world\n' } } }) })
+  const id = session.state.sandboxId
+  try {
+    await d.v1('PUT', `/v1/sandboxes/${id}/files?path=d/sub/b.bin`, new Uint8Array([1, 2, 3]))
+    assert.deepEqual(Buffer.from(await session.readFile({ path: 'd/a.txt' })).toString(), 'hello world\n')
+    assert.deepEqual(Buffer.from(await session.readFile({ path: '/workspace/d/a.txt', maxBytes: 5 })).toString(), 'hello')
+    const e = await session.readFile({ path: 'nope' }).catch((x) => x)
+    assert.equal(e?.code, 'workspace_read_not_found', String(e))
+    const l = await session.listDir({ path: 'd' })
+    assert.deepEqual(l.sort((x, y) => x.name.localeCompare(y.name)), [
+      { name: 'a.txt', path: 'd/a.txt', type: 'file' },
+      { name: 'sub', path: 'd/sub', type: 'dir' },
+    ])
+    const nd = await session.listDir({ path: 'no/dir' }).catch((x) => x)
+    assert.equal(nd?.code, 'workspace_read_not_found', String(nd))
+    assert.equal(await session.pathExists('d/sub/b.bin'), true)
+    assert.equal(await session.pathExists('/workspace/nope'), false)
+    assert.equal(await session.directoryExists('d/sub'), true)
+    assert.equal(await session.directoryExists('d/a.txt'), false)
+    fs.writeFileSync(path.join(hostDir, 'late.txt'), 'late\n')
+    await session.materializeEntry({ path: 'later/late.txt', entry: { type: 'local_file', src: 'late.txt' } })
+    assert.equal((await file(id, 'later/late.txt')).toString(), 'late\n')
+    await assert.rejects(session.materializeEntry({ path: 'r', entry: { type: 'git_repo', repo: 'o/n' } }), /cloned when the sandbox is created/)
+    await assert.rejects(session.materializeEntry({ path: 'x', entry: { type: 'file', content: 'x' }, runAs: 'bob' }), /runAs "bob"/)
+    assert.equal(await stat(id, 'x'), null)
+  } finally {
+    await session.delete()
+  }
+})
+
+test('sandbox.cwd scopes the tools to a workspace subdirectory; an explicit shell is used', async () => {
+  const mark = tag()
+  const { agent } = agentWith([
+    [functionCall('exec_command', { cmd: 'pwd; ls' }, { callId: 'w1' })],
+    [{ type: 'apply_patch_call', callId: 'w2', status: 'completed', operation: { type: 'create_file', path: 'made.txt', diff: '+m\n' } }],
+    [functionCall('exec_command', { cmd: 'echo "$0"', shell: '/bin/bash', login: false }, { callId: 'w3' })],
+    modelResponder(async () => {
+      const [b] = await listed(mark)
+      return [assistantMessage(String(await file(b.id, 'proj/made.txt')))]
+    }),
+  ], { agent: { defaultManifest: new Manifest({ entries: { 'proj/in.txt': { type: 'file', content: 'x\n' } } }) } })
+  const r = await run(agent, 'go', { sandbox: { client: newClient(mark), cwd: 'proj' }, maxTurns: 6 })
+  const o = outputs(r)
+  assert.equal(parseExec(o.get('w1')).output, '/workspace/proj\nin.txt\n')
+  assert.equal(o.get('w2').status, 'completed')
+  assert.equal(parseExec(o.get('w3')).output, '/bin/bash\n')
+  assert.equal(r.finalOutput, 'm\n')
+})
+
+test('Chat Completions transport: a freeform multi-file patch reaches moat one file at a time; view_image as a data URL', async () => {
+  // the SDK picks its function-tool fallbacks for model classes named *ChatCompletions*
+  class ScriptedChatCompletionsModel extends ScriptedModel {}
+  const mark = tag()
+  let after = null
+  const model = new ScriptedChatCompletionsModel([
+    [functionCall('apply_patch', { patch: '*** Begin Patch\n*** Add File: new.txt\n+n1\n+n2\n*** Update File: old.txt\n@@\n-absent line\n+x\n*** Update File: other.txt\n@@\n-o\n+O\n*** End Patch\n' }, { callId: 'cc1' })],
+    [functionCall('view_image', { path: 'dot.png' }, { callId: 'cc2' })],
+    modelResponder(async () => {
+      const [b] = await listed(mark)
+      after = { n: (await file(b.id, 'new.txt')).toString(), old: (await file(b.id, 'old.txt')).toString(), other: (await file(b.id, 'other.txt')).toString() }
+      return [assistantMessage('done')]
+    }),
+  ])
+  const agent = new SandboxAgent({
+    name: 'cc', model, capabilities: [shell(), filesystem()],
+    defaultManifest: new Manifest({ entries: {
+      'old.txt': { type: 'file', content: 'old\n' },
+      'other.txt': { type: 'file', content: 'o\n' },
+      'dot.png': { type: 'file', content: new Uint8Array(PNG_1X1) },
+    } }),
+  })
+  const r = await run(agent, 'go', { sandbox: { client: newClient(mark) }, maxTurns: 5 })
+  assert.ok(model.calls[0].request.tools.some((t) => t.type === 'function' && t.name === 'apply_patch'))
+  const o = outputs(r)
+  const text = String(o.get('cc1'))
+  assert.match(text, /Created new\.txt/)
+  assert.match(text, /old\.txt: could not find context/)
+  assert.match(text, /Updated other\.txt/)
+  // each operation is all or nothing; the SDK carries on after a failed one
+  assert.deepEqual(after, { n: 'n1\nn2\n', old: 'old\n', other: 'O\n' })
+  assert.ok(String(o.get('cc2')).includes(`data:image/png;base64,${PNG_1X1.toString('base64')}`), String(o.get('cc2')).slice(0, 200))
+  assert.deepEqual(await listed(mark), [])
 })

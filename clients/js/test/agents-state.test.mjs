@@ -2,8 +2,8 @@
 // provided sessions; a stale state. Checked through moat's /v1 API.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { run, UserError } from '@openai/agents'
-import { Manifest } from '@openai/agents/sandbox'
+import { run, RunState, UserError } from '@openai/agents'
+import { Manifest, shell } from '@openai/agents/sandbox'
 import { functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
 import { Daemon, rejection, tag } from '../../../tests/node/daemon.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
@@ -127,4 +127,85 @@ test('a normal run persists no owned session state (canPersistOwnedSessionState 
   assert.ok(!s.includes(d.token))
   assert.ok(!/"sandboxId"/.test(s), s.slice(0, 400))
   assert.deepEqual((await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes, [])
+})
+
+test('a resumed session reaches a process started before (write_stdin ids are moat process ids)', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const session = await client.create({ manifest: new Manifest() })
+  try {
+    const started = parseExec(await session.execCommand({ cmd: 'read x; echo "later:$x"', yieldTimeMs: 100 }))
+    assert.equal(typeof started.sessionId, 'number')
+    const json = JSON.stringify(await client.serializeSessionState(session.state))
+    const other = newClient(mark)
+    const resumed = await other.resume(await other.deserializeSessionState(JSON.parse(json)))
+    const done = parseExec(await resumed.writeStdin({ sessionId: started.sessionId, chars: 'ok\n', yieldTimeMs: 3000 }))
+    assert.equal(done.exitCode, 0)
+    assert.equal(done.output, 'later:ok\n')
+    // ^C after a resume: the new session asks moat whether the process has a tty
+    const plain = parseExec(await session.execCommand({ cmd: 'sleep 60', yieldTimeMs: 100 }))
+    const term = parseExec(await session.execCommand({ cmd: 'cat', tty: true, yieldTimeMs: 100 }))
+    const again = await other.resume(await other.deserializeSessionState(JSON.parse(json)))
+    assert.equal(parseExec(await again.writeStdin({ sessionId: plain.sessionId, chars: '\u0003', yieldTimeMs: 3000 })).exitCode, 128 + 2)
+    const t = parseExec(await again.writeStdin({ sessionId: term.sessionId, chars: '\u0003', yieldTimeMs: 3000 }))
+    assert.equal(t.exitCode, 128 + 2)
+    assert.match(t.output, /\^C/, 'on a tty, ^C went through the terminal')
+  } finally {
+    await session.delete()
+  }
+})
+
+test('an interrupted run (tool approval) keeps its sandbox; the RunState resumes into it and the run then deletes it', async () => {
+  const mark = tag()
+  const { agent } = agentWith([
+    [functionCall('exec_command', { cmd: 'echo before > mark.txt' }, { callId: 'i1' })],
+    [functionCall('exec_command', { cmd: 'cat mark.txt; echo approved' }, { callId: 'i2' })],
+    [assistantMessage('done')],
+  ], {
+    agent: {
+      capabilities: [shell({
+        configureTools: (tools) => tools.map((t) => t.name === 'exec_command'
+          ? { ...t, needsApproval: async (_ctx, args) => String(args?.cmd ?? '').includes('approved') }
+          : t),
+      })],
+    },
+  })
+  const r1 = await run(agent, 'go', { sandbox: { client: newClient(mark) }, maxTurns: 6 })
+  assert.equal(r1.interruptions.length, 1)
+  const live = (await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes
+  assert.equal(live.length, 1, 'the interrupted run keeps its sandbox')
+  const saved = r1.state.toString()
+  assert.ok(!saved.includes(d.token))
+  assert.ok(saved.includes(live[0].id))
+
+  // as another process would: a fresh client and the RunState from its string
+  const state = await RunState.fromString(agent, saved)
+  state.approve(state.getInterruptions()[0])
+  const c2 = newClient(mark)
+  const resumed = []
+  const realResume = c2.resume.bind(c2)
+  c2.resume = async (st, o) => {
+    resumed.push(st.sandboxId)
+    return await realResume(st, o)
+  }
+  const r2 = await run(agent, state, { sandbox: { client: c2 }, maxTurns: 6 })
+  assert.equal(parseExec(outputs(r2).get('i2')).output, 'before\napproved\n')
+  // through client.resume (what another process does), into the same sandbox
+  assert.deepEqual(resumed, [live[0].id])
+  assert.deepEqual((await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes, [])
+})
+
+test('persistWorkspace / hydrateWorkspace carry a workspace from one sandbox to another (moat archives)', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const a = await client.create({ manifest: new Manifest({ entries: { 'k/keep.txt': { type: 'file', content: 'kept\n' } } }) })
+  const b = await client.create({ manifest: new Manifest() })
+  try {
+    const tar = await a.persistWorkspace()
+    await b.hydrateWorkspace(tar)
+    assert.equal(await text(b.state.sandboxId, 'k/keep.txt'), 'kept\n')
+  } finally {
+    await a.delete()
+    await b.delete()
+  }
 })

@@ -2,7 +2,7 @@
 // moat's own /v1 API (d.v1), not only through the client's answers.
 import { test, before, after } from 'node:test'
 import assert from 'node:assert/strict'
-import { Daemon, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { Daemon, freePort, rejection, tag } from '../../../tests/node/daemon.mjs'
 import { MoatSandbox, MoatError } from '../src/client.js'
 
 let d
@@ -66,9 +66,10 @@ test('errors: moat code and message; bad token is 401; unreachable daemon names 
   assert.equal(u.status, 401)
   assert.equal(u.code, 'unauthorized')
   const before = (await d.v1('GET', '/v1/sandboxes')).json().sandboxes.length
-  const n = await rejection(MoatSandbox.create({ baseUrl: 'http://127.0.0.1:9', token: d.token }))
+  const closed = await freePort() // nothing listens there
+  const n = await rejection(MoatSandbox.create({ baseUrl: `http://127.0.0.1:${closed}`, token: d.token }))
   assert.ok(!(n instanceof MoatError))
-  assert.match(n.message, /127\.0\.0\.1:9/)
+  assert.match(n.message, new RegExp(`cannot reach http://127\\.0\\.0\\.1:${closed}/v1/sandboxes: ECONNREFUSED`))
   assert.equal((await d.v1('GET', '/v1/sandboxes')).json().sandboxes.length, before)
 })
 

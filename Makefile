@@ -34,7 +34,7 @@ CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run check unit e2e e2e-release pyclient e2b jsclient mcp bench clean
+.PHONY: all deps run check unit e2e e2e-release pyclient e2b jsclient mcp examples bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -113,6 +113,12 @@ jsclient: $(addprefix $(BUILD)/san/,$(BINS))
 	$(call npm_ci,clients/js)
 	NODE_PASSES=root sh tests/node/run.sh clients/js $(BUILD)/san/moat
 
+# examples/agents-sdk with the Agents SDK's scripted model. npm ci each time:
+# moat-sandbox is installed there as a copy of clients/js (install-links).
+examples: $(addprefix $(BUILD)/san/,$(BINS))
+	cd examples/agents-sdk && (npm ci --offline --no-audit --no-fund || npm ci --no-audit --no-fund)
+	NODE_PASSES=root sh tests/node/run.sh examples/agents-sdk $(BUILD)/san/moat
+
 # The MCP server (moat mcp over stdio, /mcp over Streamable HTTP) driven by
 # the official MCP TypeScript SDK client.
 mcp: $(addprefix $(BUILD)/san/,$(BINS))
@@ -127,6 +133,7 @@ check: deps
 	$(MAKE) pyclient
 	$(MAKE) e2b
 	$(MAKE) jsclient
+	$(MAKE) examples
 	$(MAKE) mcp
 
 # The same suites against the binaries that ship (optimised, moat a static

@@ -8,7 +8,7 @@ import fs from 'node:fs'
 import path from 'node:path'
 import { after, before, test } from 'node:test'
 import { setTracingDisabled } from '@openai/agents'
-import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
+import { ScriptedModel, functionCall, assistantMessage } from '@openai/agents/testing'
 import { MoatSandboxClient } from 'moat-sandbox'
 import { Daemon } from '../../../tests/node/daemon.mjs'
 import { REPO, fixRepo } from '../agent.mjs'
@@ -55,10 +55,8 @@ test('the scripted agent fixes the failing test inside the sandbox', async () =>
     '+    return sum(values) / len(values)\n'
   const model = new ScriptedModel([
     [functionCall('exec_command', { cmd: 'cd repo && python3 -m unittest 2>&1 | tail -1' }, { callId: 't1' })],
-    modelResponder(() => ({
-      output: [{ type: 'apply_patch_call', callId: 'p1', status: 'completed',
-        operation: { type: 'update_file', path: 'repo/calc.py', diff: fix } }],
-    })),
+    [{ type: 'apply_patch_call', callId: 'p1', status: 'completed',
+      operation: { type: 'update_file', path: 'repo/calc.py', diff: fix } }],
     [functionCall('exec_command', { cmd: 'cd repo && python3 -m unittest 2>&1 | tail -1' }, { callId: 't2' })],
     [assistantMessage('mean() divided by len(values) + 1; it now divides by len(values).')],
   ])

@@ -500,7 +500,9 @@ static int parse_update(struct cur *c, struct moat_patch_file *f,
 		if (parse_hunk(c, f, f->nhunks == 1, h, e) < 0)
 			return -1;
 	}
-	if (f->nhunks == 0)
+	/* A Move to alone is a rename (the Agents SDK sends one as an
+	 * update_file with an empty diff); without it there is nothing to do. */
+	if (f->nhunks == 0 && !f->move_to)
 		return fail(e, "line %zu: Update File '%s' has no hunks",
 			    f->line, quote(qp, sizeof qp, f->path,
 					   strlen(f->path)));
@@ -1075,6 +1077,16 @@ int moat_patch_apply(const struct moat_patch_file *f, const char *old,
 		return fail(e, "%s: file too large",
 			    quote(qp, sizeof qp, f->path, strlen(f->path)));
 
+	if (f->nhunks == 0) { /* a pure move: the bytes as they are */
+		char *b = malloc(old_len + 1);
+		if (!b)
+			return oom(e);
+		memcpy(b, old, old_len);
+		b[old_len] = '\0';
+		*out = b;
+		*out_len = old_len;
+		return 0;
+	}
 	struct fline *fl = NULL;
 	size_t n, maxold = 1;
 	if (split_lines(old, old_len, &fl, &n, e) < 0)

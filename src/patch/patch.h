@@ -42,7 +42,8 @@ int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
  * matched like Codex: exactly, then ignoring trailing whitespace, then
  * leading and trailing whitespace, then with Unicode dashes/quotes/spaces
  * folded to ASCII. Context lines keep the file's text; CRLF files stay CRLF;
- * the result ends with a newline unless it is empty. *out is malloc'd and
+ * the result ends with a newline unless it is empty; an update with no
+ * hunks (a pure Move to) keeps the bytes exactly. *out is malloc'd and
  * NUL-terminated (not counted in *out_len). On failure e says
  * "<path>: could not find context ..." quoting the lines that did not match,
  * and *out is not touched. */

@@ -809,6 +809,27 @@ Test(patch_apply, move_to_applies_like_update)
 	moat_patch_free(&p);
 }
 
+Test(patch_apply, pure_move_keeps_the_bytes)
+{
+	/* A Move to without hunks is a rename: the content is not touched,
+	 * not even its missing final newline or its CRLFs. */
+	struct moat_patch p = parse_ok("*** Begin Patch\n"
+				       "*** Update File: a.txt\n"
+				       "*** Move to: dir/b.txt\n"
+				       "*** End Patch\n");
+	cr_assert_eq(p.files[0].nhunks, 0);
+	struct moat_err e = {0};
+	char *out = NULL;
+	size_t len = 0;
+	const char old[] = "x\r\ny\0z";
+	cr_assert_eq(moat_patch_apply(&p.files[0], old, sizeof old - 1, &out, &len, &e), 0,
+		     "%s", e.msg);
+	cr_assert_eq(len, sizeof old - 1);
+	cr_assert(memcmp(out, old, len) == 0);
+	free(out);
+	moat_patch_free(&p);
+}
+
 Test(patch_apply, refuses_non_update_sections)
 {
 	struct moat_patch p = parse_ok("*** Begin Patch\n"

@@ -197,6 +197,8 @@ FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c \
                       src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
+# moat mcp's framing: stdin lines and the daemon's server-sent events
+FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

@@ -24,9 +24,10 @@ static int deliver(struct linebuf *lb, linebuf_cb cb, void *arg, struct moat_err
 	if (n > 0 && lb->buf[n - 1] == '\r')
 		n--;
 	lb->len = 0;
+	const char *line = lb->buf ? lb->buf : ""; /* never NULL for cb */
 	if (n > lb->max) /* max + 1 bytes and no "\r" to strip */
-		return cb(arg, lb->buf, lb->max, true, e);
-	return cb(arg, lb->buf, n, false, e);
+		return cb(arg, line, lb->max, true, e);
+	return cb(arg, line, n, false, e);
 }
 
 /* Append to the pending line; an overflow reports the line once. */

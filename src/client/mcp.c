@@ -583,6 +583,26 @@ static void note_ids(json_t *ids, json_t *j)
 		json_array_append(ids, id);
 }
 
+/* The host cancelled this request: it expects no answer (the daemon ends
+ * the exchange with 202), so none is made up for it. An answer the daemon
+ * still sends is relayed: the spec lets a cancellation arrive too late. */
+static void forget(struct relay *r, json_t *rid)
+{
+	struct msg *lists[] = {r->live, r->qhead};
+	for (size_t l = 0; rid && l < 2; l++) {
+		for (struct msg *m = lists[l]; m; m = l == 0 ? m->lnext : m->next) {
+			size_t i;
+			json_t *id;
+			json_array_foreach(m->ids, i, id) {
+				if (json_equal(id, rid)) {
+					json_array_remove(m->ids, i);
+					return;
+				}
+			}
+		}
+	}
+}
+
 static int on_line(void *arg, const char *line, size_t len, bool too_long,
 		   struct moat_err *e)
 {
@@ -643,6 +663,8 @@ static int on_line(void *arg, const char *line, size_t len, bool too_long,
 		snprintf(m->what, sizeof m->what, json_is_array(j) ? "a batch" : "line %lu",
 			 r->lineno);
 	}
+	if (m->kind == K_CANCEL)
+		forget(r, json_object_get(json_object_get(j, "params"), "requestId"));
 	if (r->qtail)
 		r->qtail->next = m;
 	else

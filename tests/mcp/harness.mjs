@@ -16,7 +16,7 @@ export const CLIENT_INFO = { name: 'moat-mcp-tests', version: '1.0.0' }
 /** The environment of a spawned `moat mcp`: only what it needs. */
 export function relayEnv(url, token, extra = {}) {
   const env = { PATH: process.env.PATH ?? '/usr/bin:/bin', MOAT_URL: url, ...extra }
-  if (token !== undefined) env.MOAT_API_TOKEN = token
+  if (token !== null && token !== undefined) env.MOAT_API_TOKEN = token
   return env
 }
 
@@ -44,9 +44,9 @@ export async function connectStdio(d, { token = d.token, url = d.url } = {}) {
   return { client, transport, stderr: () => err, close: () => client.close() }
 }
 
-/** A connected SDK Client over Streamable HTTP at `${d.url}/mcp`. */
+/** A connected SDK Client over Streamable HTTP at `${d.url}/mcp` (token null: none). */
 export async function connectHttp(d, { token = d.token } = {}) {
-  const headers = token === undefined ? {} : { Authorization: 'Bearer ' + token }
+  const headers = token === null ? {} : { Authorization: 'Bearer ' + token }
   const transport = new StreamableHTTPClientTransport(new URL(`${d.url}/mcp`), {
     requestInit: { headers },
   })

@@ -35,7 +35,7 @@ describe('/mcp over HTTP: auth and sessions', () => {
     r = await post(INIT, { Authorization: 'Bearer wrong' })
     assert.equal(r.status, 401)
     await r.arrayBuffer()
-    const e = await connectHttp(d, { token: undefined }).then(() => null, (x) => x)
+    const e = await connectHttp(d, { token: null }).then(() => null, (x) => x)
     assert.ok(e, 'the SDK connected without a token')
     assert.match(String(e.message ?? e), /401|nauthorized/)
   })

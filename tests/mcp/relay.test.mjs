@@ -221,6 +221,24 @@ describe('moat mcp, the relay, against a scripted server', () => {
     assert.equal((await r.end()).code, 0)
   })
 
+  test('a cancelled request the server ends with 202 gets no made-up answer', async () => {
+    let held
+    s.handlers['tools/call'] = (m, res) => { held = res }
+    s.handlers['notifications/cancelled'] = (m, res) => {
+      res.writeHead(202).end()
+      held?.writeHead(202).end() // as moat serve does: no answer to a cancelled request
+    }
+    r = new Relay(s.url)
+    r.send({ jsonrpc: '2.0', id: 7, method: 'tools/call', params: { name: 'exec' } })
+    await waitFor(() => held, { what: 'the request at the server' })
+    r.send({ jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 7 } },
+      { jsonrpc: '2.0', id: 8, method: 'ping' })
+    await r.answer(8)
+    assert.equal((await r.end()).code, 0)
+    assert.deepEqual(r.lines.map((m) => m.id), [8])
+    assert.equal(r.err, '')
+  })
+
   test('a long request does not hold back the next ones', async () => {
     let held
     s.handlers['tools/call'] = (m, res) => { held = { m, res } }

@@ -305,9 +305,10 @@ export function defineSuite(kind) {
     test('a cancelled exec does not hold back the session', async () => {
       const ac = new AbortController()
       const t0 = Date.now()
-      const long = call(c, 'exec', { id: sb, cmd: 'sleep 30' }, { signal: ac.signal, timeout: 60_000 })
+      const pidFile = `cancel-${tag()}.pid`
+      const long = call(c, 'exec', { id: sb, cmd: `echo $$ > ${pidFile}; exec sleep 30` }, { signal: ac.signal, timeout: 60_000 })
         .then(() => 'answered', (e) => e)
-      await sleep(500)
+      await waitFor(async () => (await v1Read(d, sb, pidFile))?.length, { what: 'the exec to start' })
       ac.abort('test cancels')
       const e = await withTimeout(long, 5000, 'the cancelled call to settle')
       assert.notEqual(e, 'answered')
@@ -315,6 +316,12 @@ export function defineSuite(kind) {
       assert.deepEqual(await withTimeout(c.ping(), 5000, 'ping after a cancel'), {})
       const s = ok(await withTimeout(call(c, 'exec', { id: sb, cmd: 'echo after' }), 10_000, 'exec after a cancel'), 'exec')
       assert.equal(s.stdout, 'after\n')
+      // and the cancelled command is killed (seen through /v1)
+      const probe = `kill -0 $(cat ${pidFile}) 2>/dev/null && echo alive || echo gone`
+      await waitFor(async () => {
+        const r = await v1Json(d, 'POST', `/v1/sandboxes/${sb}/exec`, { cmd: probe })
+        return r.stdout === 'gone\n'
+      }, { timeout: 10_000, what: 'the cancelled exec to be killed' })
       assert.ok(Date.now() - t0 < 20_000)
     })
 

@@ -71,8 +71,8 @@ export async function connectHttp(d, { token = d.token } = {}) {
 export const TRANSPORTS = { stdio: connectStdio, http: connectHttp }
 
 /** tools/call, bounded. */
-export async function call(client, name, args = {}, { timeout = 60_000, signal } = {}) {
-  return await withTimeout(client.callTool({ name, arguments: args }, undefined, { signal, timeout }),
+export async function call(client, name, args = {}, { timeout = 60_000, signal, onprogress } = {}) {
+  return await withTimeout(client.callTool({ name, arguments: args }, undefined, { signal, timeout, onprogress }),
     timeout + 5000, `tools/call ${name}`)
 }
 

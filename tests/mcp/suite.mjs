@@ -200,6 +200,21 @@ export function defineSuite(kind) {
         { what: `process ${pid} gone from /v1` })
     })
 
+    test('exec with a progress token: its output arrives as progress while it runs (SSE)', async () => {
+      const seen = []
+      const t0 = Date.now()
+      const r = await call(c, 'exec', { id: sb, cmd: 'echo first; sleep 1.5; echo second' }, {
+        onprogress: (p) => seen.push({ ...p, at: Date.now() - t0 }),
+      })
+      const done = Date.now() - t0
+      const s = ok(r, 'exec')
+      assert.equal(s.stdout, 'first\nsecond\n')
+      const first = seen.find((p) => (p.message ?? '').includes('first'))
+      assert.ok(first, `no progress with the first line: ${JSON.stringify(seen)}`)
+      assert.ok(first.at < done - 700, `the first line came at ${first.at} ms, the answer at ${done} ms: not streamed`)
+      for (let i = 1; i < seen.length; i++) assert.ok(seen[i].progress > seen[i - 1].progress, 'progress must grow')
+    })
+
     test('apply_patch: several files at once, and a failing hunk changes nothing', async () => {
       const dir = `p-${tag()}`
       await v1Write(d, sb, `${dir}/a.txt`, 'one\ntwo\n')

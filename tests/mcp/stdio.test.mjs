@@ -79,6 +79,22 @@ describe('moat mcp against a real daemon: failures and the end of stdin', () => 
     assert.deepEqual(byId.get('3').result, {})
   })
 
+  test('a message over the daemon\'s body limit: an error naming HTTP 413, and the session goes on', async () => {
+    const big = { jsonrpc: '2.0', id: 2, method: 'tools/call',
+      params: { name: 'write_file', arguments: { id: 'x', path: 'big', content: 'a'.repeat(17 << 20) } } }
+    const r = await relayOnce(relayEnv(d.url, d.token), [
+      INIT,
+      { jsonrpc: '2.0', method: 'notifications/initialized' },
+      big,
+      { jsonrpc: '2.0', id: 3, method: 'ping' },
+    ])
+    assert.equal(r.code, 0, r.err)
+    const byId = new Map(r.out.map((m) => [m.id, m]))
+    assert.match(byId.get(2).error.message, /HTTP 413/)
+    assert.equal(byId.get(2).error.data.status, 413)
+    assert.deepEqual(byId.get(3).result, {})
+  })
+
   test('closing the client ends moat mcp', async () => {
     const conn = await connectStdio(d)
     const pid = conn.transport.pid

@@ -52,8 +52,9 @@ enum mcp_kind mcp_msg_parse(const char *body, size_t len, struct mcp_msg *m)
 {
 	memset(m, 0, sizeof *m);
 	json_error_t je;
-	/* duplicate keys: which "id" or "method" counts would be a guess */
-	m->root = json_loadb(body, len, JSON_REJECT_DUPLICATES, &je);
+	/* duplicate keys: which "id" or "method" counts would be a guess; a
+	 * NUL (\u0000) is refused as /v1 refuses it (C strings downstream) */
+	m->root = json_loadb(body, len, JSON_REJECT_DUPLICATES | JSON_DECODE_ANY, &je);
 	if (!m->root)
 		return invalid(m, MCP_PARSE_ERROR, "parse error: %s (line %d, column %d)", je.text,
 			       je.line, je.column);
@@ -145,7 +146,7 @@ static bool loopback_host(const char *h, size_t n)
 			return false;
 		}
 	}
-	return parts == 4 && val >= 0;
+	return parts == 3 && val >= 0; /* after "127." */
 }
 
 bool mcp_origin_ok(const char *origin, const char *listen_host)

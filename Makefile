@@ -69,10 +69,12 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 
 # (the agent's path resolver is pure libc: tested on the host)
 UNIT_AGENT := src/agent/resolve.c src/agent/idnames.c
-$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
+# (moat mcp's framing, pure: tested on its own)
+UNIT_CLIENT := src/client/linebuf.c src/client/sse.c
+$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
-		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
+		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
 
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h

@@ -20,6 +20,7 @@ async function relayOnce(env, lines) {
   const exited = new Promise((r) => p.once('exit', (code, sig) => r({ code, sig })))
   p.stdin.end(lines.map((l) => (typeof l === 'string' ? l : JSON.stringify(l)) + '\n').join(''))
   const { code, sig } = await withTimeout(exited, 30_000, 'moat mcp to exit')
+  assert.doesNotMatch(err, /Sanitizer/, err)
   return { code, sig, out: out.split('\n').filter(Boolean).map((l) => JSON.parse(l)), err }
 }
 

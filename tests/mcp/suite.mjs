@@ -345,5 +345,11 @@ export function defineSuite(kind) {
         call(c, 'exec', { id: sb, cmd: `sleep 0.$((${i} % 3)); echo n${i}` })))
       rs.forEach((r, i) => assert.equal(ok(r, 'exec').stdout, `n${i + 1}\n`))
     })
+
+    test('nothing went wrong on the way (no diagnostics from moat mcp)', () => {
+      // every failure above was a tool's or the protocol's, answered by the
+      // daemon: the relay had nothing to report (and no sanitizer finding)
+      assert.equal(conn.stderr(), '')
+    })
   })
 }

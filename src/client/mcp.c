@@ -136,9 +136,21 @@ static int write_error(struct relay *r, json_t *id, int code, const char *messag
 	json_t *data = status < 0 ? NULL : json_pack("{s:s}", "url", r->url);
 	if (data && status > 0)
 		json_object_set_new(data, "status", json_integer(status));
-	_cleanup_json_ json_t *m = json_pack("{s:s, s:O, s:{s:i, s:s, s:o*}}",
+	/* A message cut at a byte bound or quoting a bad stdin line may not be
+	 * UTF-8: then its bytes are made ASCII rather than the answer lost. */
+	json_t *text = json_string(message);
+	if (!text) {
+		_cleanup_free_ char *copy = strdup(message);
+		if (copy) {
+			ascii(copy);
+			text = json_string(copy);
+		}
+	}
+	_cleanup_json_ json_t *m = text ? json_pack("{s:s, s:O, s:{s:i, s:o, s:o*}}",
 		"jsonrpc", "2.0", "id", id ? id : json_null(), "error", "code", code,
-		"message", message, "data", data);
+		"message", text, "data", data) : NULL;
+	if (!text)
+		json_decref(data);
 	if (!m) {
 		fprintf(stderr, "moat mcp: cannot build an error message: %s\n", message);
 		return -1;
@@ -812,6 +824,12 @@ int moat_client_mcp(int argc, char **argv)
 		r.url = NULL;
 		relay_free(&r);
 		return client_fail(cmd, "out of memory");
+	}
+	for (const char *p = r.url; *p; p++) {
+		if ((unsigned char)*p <= 0x20 || (unsigned char)*p > 0x7e) {
+			relay_free(&r);
+			return client_fail(cmd, "MOAT_URL must be a URL (printable ASCII, no spaces)");
+		}
 	}
 	r.multi = curl_multi_init();
 	if (!r.multi || setup_signals() < 0) {

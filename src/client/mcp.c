@@ -174,6 +174,11 @@ static void fail_rest(struct msg *m, int code, const char *message, long status)
 static int emit_one(struct msg *m, json_t *j)
 {
 	struct relay *r = m->r;
+	if (!json_is_object(j)) {
+		fprintf(stderr, "moat mcp: %s answered %s with a batch holding a non-message: "
+			"dropped\n", r->url, m->what);
+		return 0;
+	}
 	json_t *id = json_object_get(j, "id");
 	bool response = json_object_get(j, "result") || json_object_get(j, "error");
 	if (id && response) {

@@ -110,11 +110,6 @@ static void rpc(struct evhttp_request *req, int status, json_t *msg)
 	http_json(req, status, msg ? msg : json_pack("{s:s}", "jsonrpc", "2.0"));
 }
 
-static void accepted(struct evhttp_request *req)
-{
-	evhttp_send_reply(req, 202, "Accepted", NULL);
-}
-
 /* ---- sessions -------------------------------------------------------------------- */
 
 static void pend_end(struct pend *p, int status, json_t *msg);
@@ -266,7 +261,7 @@ static void pend_end(struct pend *p, int status, json_t *msg)
 		evhttp_send_reply_end(req);
 	} else if (status == 202) {
 		json_decref(msg);
-		accepted(req);
+		http_accepted(req);
 	} else {
 		rpc(req, status, msg);
 	}
@@ -348,17 +343,13 @@ static void call_output(void *arg, const char *out, size_t olen, const char *err
 		p->streaming = true;
 	}
 	p->progress += (long long)(olen + elen);
-	char *m = NULL;
-	if (asprintf(&m, "%.*s%.*s", (int)olen, out ? out : "", (int)elen, err ? err : "") < 0)
+	/* stdout then stderr of this chunk, as the result's text shows them */
+	char *m = malloc(olen + elen + 1);
+	if (!m)
 		return;
-	json_t *text = json_stringn(m, strlen(m));
-	if (!text) { /* not UTF-8 (or cut inside a character): say how much instead */
-		free(m);
-		m = NULL;
-		if (asprintf(&m, "%zu bytes of output", olen + elen) < 0)
-			return;
-		text = json_string(m);
-	}
+	memcpy(m, out ? out : "", olen);
+	memcpy(m + olen, err ? err : "", elen);
+	json_t *text = mcp_output_text(m, olen + elen);
 	free(m);
 	sse_message(p->req,
 		    json_pack("{s:s,s:s,s:{s:O,s:I,s:o}}", "jsonrpc", "2.0", "method",
@@ -528,10 +519,10 @@ static void post(struct evhttp_request *req)
 		/* notifications/initialized needs nothing; unknown ones are ignored */
 		if (!strcmp(m.method, "notifications/cancelled"))
 			cancelled(s, m.params);
-		accepted(req);
+		http_accepted(req);
 		break;
 	case MCP_RESPONSE: /* the door asks the client nothing: ignored */
-		accepted(req);
+		http_accepted(req);
 		break;
 	case MCP_REQUEST:
 		request(req, s, &m);

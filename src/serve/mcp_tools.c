@@ -93,10 +93,10 @@ static json_t *failure(const struct mcp_tool *t, const struct core_err *e)
 
 /* Process output as a JSON string, as /v1 shapes it: UTF-8 with each
  * invalid byte (and NUL, which jansson strings cannot hold) as U+FFFD. */
-static json_t *output_text(const struct moat_buf *b)
+json_t *mcp_output_text(const char *s, size_t n)
 {
-	const unsigned char *p = (const unsigned char *)(b->p ? b->p : "");
-	size_t n = b->len, o = 0;
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t o = 0;
 	char *out = malloc(n * 3 + 1);
 	if (!out)
 		return json_string("");
@@ -112,9 +112,14 @@ static json_t *output_text(const struct moat_buf *b)
 			i++;
 		}
 	}
-	json_t *s = json_stringn(out, o);
+	json_t *j = json_stringn(out, o);
 	free(out);
-	return s ? s : json_string("");
+	return j ? j : json_string("");
+}
+
+static json_t *output_text(const struct moat_buf *b)
+{
+	return mcp_output_text(b->p, b->len);
 }
 
 /* ---- calls ------------------------------------------------------------------------ */

@@ -77,6 +77,7 @@ struct msg {
 	struct curl_slist *hdrs;
 	char errbuf[CURL_ERROR_SIZE];
 	bool decided, streaming, too_large, out_failed;
+	bool dropped;         /* cancelled while queued: not sent */
 	char *rbuf;           /* a buffered answer */
 	size_t rlen, rcap;
 	struct sse sse;       /* a streamed answer */
@@ -435,14 +436,17 @@ static void start(struct relay *r, struct msg *m)
 
 static void pump(struct relay *r)
 {
-	while (r->qhead && !r->fatal && can_start(r, r->qhead)) {
+	while (r->qhead && !r->fatal && (r->qhead->dropped || can_start(r, r->qhead))) {
 		struct msg *m = r->qhead;
 		r->qhead = m->next;
 		if (!r->qhead)
 			r->qtail = NULL;
 		r->queued--;
 		m->next = NULL;
-		start(r, m);
+		if (m->dropped)
+			msg_free(m); /* cancelled before it was sent */
+		else
+			start(r, m);
 	}
 }
 
@@ -601,8 +605,9 @@ static void note_ids(json_t *ids, json_t *j)
 }
 
 /* The host cancelled this request: it expects no answer (the daemon ends
- * the exchange with 202), so none is made up for it. An answer the daemon
- * still sends is relayed: the spec lets a cancellation arrive too late. */
+ * the exchange with 202), so none is made up for it; one still queued is
+ * not sent at all. An answer the daemon still sends is relayed: the spec
+ * lets a cancellation arrive too late. */
 static void forget(struct relay *r, json_t *rid)
 {
 	struct msg *lists[] = {r->live, r->qhead};
@@ -613,6 +618,10 @@ static void forget(struct relay *r, json_t *rid)
 			json_array_foreach(m->ids, i, id) {
 				if (json_equal(id, rid)) {
 					json_array_remove(m->ids, i);
+					/* not sent yet: it never will be (the cancel still
+					 * goes: the daemon ignores one for an unknown id) */
+					if (l == 1 && m->kind == K_REQUEST)
+						m->dropped = true;
 					return;
 				}
 			}

@@ -242,6 +242,25 @@ describe('moat mcp, the relay, against a scripted server', () => {
     assert.equal(r.err, '')
   })
 
+  test('a request cancelled before it could be sent is never sent', async () => {
+    let release
+    s.handlers.initialize = (m, res) => { release = () => initOk(m, res) }
+    r = new Relay(s.url)
+    r.send(INIT)
+    await waitFor(() => release, { what: 'initialize at the server' })
+    // both wait for the session id, then the cancel wins
+    r.send({ jsonrpc: '2.0', id: 5, method: 'tools/call', params: { name: 'exec' } },
+      { jsonrpc: '2.0', method: 'notifications/cancelled', params: { requestId: 5 } },
+      { jsonrpc: '2.0', id: 6, method: 'ping' })
+    await new Promise((res) => setTimeout(res, 200))
+    release()
+    await r.answer(6)
+    assert.equal((await r.end()).code, 0)
+    const methods = s.log.filter((e) => e.method === 'POST').map((e) => e.body.method)
+    assert.deepEqual(methods, ['initialize', 'notifications/cancelled', 'ping'])
+    assert.deepEqual(r.lines.map((m) => m.id), [0, 6])
+  })
+
   test('a long request does not hold back the next ones', async () => {
     let held
     s.handlers['tools/call'] = (m, res) => { held = { m, res } }

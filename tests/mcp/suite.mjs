@@ -8,7 +8,7 @@ import { after, before, describe, test } from 'node:test'
 
 import { McpError } from '@modelcontextprotocol/sdk/types.js'
 
-import { Daemon, sleep, tag, waitFor, withTimeout } from '../node/daemon.mjs'
+import { Daemon, tag, waitFor, withTimeout } from '../node/daemon.mjs'
 import {
   TRANSPORTS, call, ok, png, textOf, v1Image, v1Json, v1List, v1Processes, v1Read,
   v1Sandbox, v1Write,

@@ -69,10 +69,12 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 
 # (the agent's path resolver is pure libc: tested on the host)
 UNIT_AGENT := src/agent/resolve.c src/agent/idnames.c
-$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
+# (moat mcp's framing, pure: tested on its own)
+UNIT_CLIENT := src/client/linebuf.c src/client/sse.c
+$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
-		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
+		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
 
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
@@ -199,11 +201,16 @@ FUZZ_LIBS_http_guard := -levent
 FUZZ_SRC_connect   := src/serve/connect.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_connect  := -ljansson
 FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
+# the MCP door's JSON-RPC codec, Origin check and tool argument checks
+FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c $(FUZZ_BASE)
+FUZZ_LIBS_mcp      := -ljansson
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
 FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c \
                       src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
+# moat mcp's framing: stdin lines and the daemon's server-sent events
+FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

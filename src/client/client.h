@@ -17,6 +17,7 @@ int moat_client_ps(int argc, char **argv);
 int moat_client_kill(int argc, char **argv);
 int moat_client_cp(int argc, char **argv);
 int moat_client_patch(int argc, char **argv);
+int moat_client_mcp(int argc, char **argv);
 
 static inline void client_json_decrefp(json_t **j)
 {

@@ -89,6 +89,16 @@ const char *moat_http_url(const struct moat_http *h)
 	return h->url;
 }
 
+const char *moat_http_auth_header(const struct moat_http *h)
+{
+	return h->auth;
+}
+
+const char *moat_http_noproxy(const struct moat_http *h)
+{
+	return h->noproxy;
+}
+
 char *moat_http_escape(struct moat_http *h, const char *s)
 {
 	char *c = curl_easy_escape(h->curl, s, (int)strlen(s));

@@ -22,6 +22,10 @@ static inline void moat_http_freep(struct moat_http **h)
 }
 #define _cleanup_http_ __attribute__((cleanup(moat_http_freep)))
 const char *moat_http_url(const struct moat_http *h);
+/* "Authorization: Bearer <token>" (NULL without a token), and the hosts that
+ * are never proxied (CURLOPT_NOPROXY), for callers with their own handles. */
+const char *moat_http_auth_header(const struct moat_http *h);
+const char *moat_http_noproxy(const struct moat_http *h);
 
 /* "/v1/sandboxes/<id, escaped><suffix>", malloc'd; NULL on OOM. */
 char *moat_http_sandbox_path(struct moat_http *h, const char *id, const char *suffix);

@@ -18,6 +18,7 @@ static const struct {
 	{"ps", moat_client_ps, "list a sandbox's processes"},
 	{"kill", moat_client_kill, "signal a sandbox process"},
 	{"rm", moat_client_rm, "remove sandboxes"},
+	{"mcp", moat_client_mcp, "serve MCP over stdio (a relay to moat serve's /mcp)"},
 };
 
 static void usage(FILE *f)

@@ -99,6 +99,12 @@ void http_no_content(struct evhttp_request *req)
 	count(204, 0);
 }
 
+void http_accepted(struct evhttp_request *req)
+{
+	evhttp_send_reply(req, 202, "Accepted", NULL);
+	count(202, 0);
+}
+
 static int status_of(const char *code)
 {
 	static const struct {

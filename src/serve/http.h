@@ -45,6 +45,8 @@ void http_error_code(struct evhttp_request *req, const char *code, const char *m
 void http_raw(struct evhttp_request *req, int status, const char *ctype, const void *data,
 	      size_t len);
 void http_no_content(struct evhttp_request *req);
+/* 202 without a body (the MCP door's answer to a notification). */
+void http_accepted(struct evhttp_request *req);
 
 /* The body as JSON (an object); NULL after answering 400/413. An empty
  * body is {} when empty_ok. */

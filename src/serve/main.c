@@ -8,6 +8,7 @@
 #include "core.h"
 #include "http.h"
 #include "job.h"
+#include "mcp.h"
 #include "store.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
@@ -53,6 +54,7 @@ static void usage(FILE *f)
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
+	      "                  [--mcp-sessions N] [--mcp-idle SECONDS]\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
@@ -69,7 +71,9 @@ static void usage(FILE *f)
 	      "sandbox gets (default: moat run's defaults); a create may ask for less.\n"
 	      "--template NAME=ROOTFS_DIR (repeatable) names a root filesystem the E2B\n"
 	      "door's templateID NAME starts from (\"base\" is the host's system unless\n"
-	      "given; docs/e2b.md).\n", f);
+	      "given; docs/e2b.md).\n"
+	      "MCP (Streamable HTTP at /mcp, docs/mcp.md): --mcp-sessions N open sessions at\n"
+	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -124,6 +128,15 @@ static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
 	return api_body_limit(m, path);
 }
 
+/* Authenticated requests: the MCP door's path, else moat's own API. */
+static void route(struct evhttp_request *req)
+{
+	if (mcp_claims(req))
+		mcp_route(req);
+	else
+		api_route(req);
+}
+
 static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
 	event_base_loopbreak(arg);
@@ -159,11 +172,14 @@ int main(int argc, char **argv)
 		{"max-file", required_argument, 0, 'F'}, {"max-archive", required_argument, 0, 'A'},
 		{"quota", required_argument, 0, 'Q'},
 		{"template", required_argument, 0, 'T'},
+		{"mcp-sessions", required_argument, 0, 'M' + 256},
+		{"mcp-idle", required_argument, 0, 'I' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
+	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
@@ -179,6 +195,14 @@ int main(int argc, char **argv)
 		uint64_t v;
 		switch (c) {
 		case 'l': listen = optarg; break;
+		case 'M' + 256:
+			if (moat_parse_uint(optarg, 100000, &mcp_sessions, &e) < 0 || !mcp_sessions)
+				return fail("--mcp-sessions: %s", e.msg[0] ? e.msg : "at least 1", "");
+			break;
+		case 'I' + 256:
+			if (moat_parse_uint(optarg, 86400 * 30, &mcp_idle, &e) < 0 || !mcp_idle)
+				return fail("--mcp-idle: %s", e.msg[0] ? e.msg : "at least 1", "");
+			break;
 		case 'd': data = optarg; break;
 		case 't': token_file = optarg; break;
 		case 'a': {
@@ -397,7 +421,10 @@ int main(int argc, char **argv)
 	clone_sweep(); /* seeds of creates a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
 	http_set_body_limit(body_limit);
-	if (http_start(base, listen, token, api_route, &e) < 0)
+	struct mcp_config mcp = {.base = base, .listen = listen,
+				 .max_sessions = (unsigned)mcp_sessions, .idle_s = (unsigned)mcp_idle};
+	mcp_init(&mcp);
+	if (http_start(base, listen, token, route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
 	struct event *sint = evsignal_new(base, SIGINT, on_signal, base);
@@ -409,6 +436,7 @@ int main(int argc, char **argv)
 	fprintf(stderr, "moat serve: stopping; sandboxes keep running\n");
 	event_free(sterm);
 	event_free(sint);
+	mcp_shutdown();
 	http_stop();
 	job_cancel_all(); /* a clone still running for a create nobody awaits */
 	box_shutdown();

@@ -182,3 +182,39 @@ guard("obs_fold", b"GET / HTTP/1.1\r\nX-A: 1\r\n b\r\nTransfer-Encoding: chunked
 guard("chunk_ext", b"POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n5;x=1\r\nhello\r\n0\r\n\r\n")
 guard("both", b"POST / HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n")
 guard("lf_only", b"\r\n\nGET /x?y=1 HTTP/1.1\nHost: a\n\nHEAD / HTTP/1.1\nContent-Length: 0\n\n")
+
+# MCP: the messages an MCP client POSTs to /mcp (one JSON-RPC message each)
+def rpc(name, obj):
+    put("fuzz_mcp", name, json.dumps(obj, separators=(",", ":")))
+
+
+rpc("initialize", {"jsonrpc": "2.0", "id": 0, "method": "initialize",
+                   "params": {"protocolVersion": "2025-06-18", "capabilities": {},
+                              "clientInfo": {"name": "c", "version": "1"}}})
+rpc("initialized", {"jsonrpc": "2.0", "method": "notifications/initialized"})
+rpc("tools_list", {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}})
+rpc("ping", {"jsonrpc": "2.0", "id": "p", "method": "ping"})
+rpc("call_exec", {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                  "params": {"name": "exec", "arguments": {"id": "abc", "cmd": ["ls", "-l"],
+                                                           "cwd": "/workspace", "timeout_ms": 1000,
+                                                           "yield_ms": 0},
+                             "_meta": {"progressToken": 5}}})
+rpc("call_stdin", {"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+                   "params": {"name": "write_stdin",
+                              "arguments": {"id": "abc", "process_id": 7, "data": "y\n"}}})
+rpc("call_write", {"jsonrpc": "2.0", "id": 4, "method": "tools/call",
+                   "params": {"name": "write_file",
+                              "arguments": {"id": "abc", "path": "a.txt", "content": "hi\n"}}})
+rpc("call_create", {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+                    "params": {"name": "sandbox_create",
+                               "arguments": {"image": "host", "network": {"allow": ["x.org"]},
+                                             "manifest": {"entries": {}}}}})
+rpc("call_ls", {"jsonrpc": "2.0", "id": 6, "method": "tools/call",
+                "params": {"name": "list_files", "arguments": {"id": "abc", "path": ".", "depth": 3}}})
+rpc("cancelled", {"jsonrpc": "2.0", "method": "notifications/cancelled",
+                  "params": {"requestId": 2, "reason": "stop"}})
+rpc("response", {"jsonrpc": "2.0", "id": 9, "result": {}})
+put("fuzz_mcp", "batch", '[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
+put("fuzz_mcp", "origin", "http://localhost:7070")
+put("fuzz_mcp", "origin6", "https://[::1]:8443")
+put("fuzz_mcp", "session", "0123456789abcdef0123456789abcdef")

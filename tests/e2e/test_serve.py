@@ -1876,6 +1876,26 @@ def test_patch_add_update_delete_move(srv, box):
     assert leftovers == [], leftovers
 
 
+def test_patch_pure_move_keeps_bytes(srv, box):
+    # A Move to with no hunk is a rename (the Agents SDK sends update_file
+    # with an empty diff): the bytes move as they are, even with no final
+    # newline, CRLFs or invalid UTF-8; a missing source is still 422.
+    body = b"a\r\nb\xff\x00tail"
+    srv.fput(box, "mv-src.bin", body)
+    r = srv.patch(box, "*** Begin Patch\n*** Update File: mv-src.bin\n"
+                       "*** Move to: sub/mv-dst.bin\n*** End Patch")
+    assert r.status == 200, r
+    assert r.json()["files"] == [{"path": "/workspace/sub/mv-dst.bin", "op": "move"}]
+    assert (srv.ws(box) / "sub" / "mv-dst.bin").read_bytes() == body
+    assert not (srv.ws(box) / "mv-src.bin").exists()
+    r = srv.patch(box, "*** Begin Patch\n*** Update File: mv-src.bin\n"
+                       "*** Move to: again.bin\n*** End Patch")
+    assert_error(r, 422, "patch_failed", "mv-src.bin")
+    # without a Move to, an Update with no hunk is still refused
+    assert_error(srv.patch(box, "*** Begin Patch\n*** Update File: sub/mv-dst.bin\n*** End Patch"),
+                 400, "invalid_request", "has no hunks")
+
+
 def test_patch_failure_changes_nothing(srv, box):
     srv.fput(box, "p1.txt", b"one\ntwo\n")
     srv.fput(box, "p2.txt", b"alpha\nbeta\n")

@@ -109,12 +109,7 @@ class MoatEditor {
     const p = editPath(op.path)
     const to = op.moveTo ? editPath(op.moveTo) : null
     const body = diffBody(op.diff, 'update', p)
-    if (to && body === '') {
-      // a pure rename: moat's /patch wants at least one hunk; mv inside the sandbox
-      const r = await this._session.sandbox.exec(['/bin/sh', '-c', 'mkdir -p -- "$(dirname -- "$2")" && mv -f -- "$1" "$2"', 'sh', p, to])
-      if (r.exit_code !== 0) throw new UserError(`moat: moving ${p} to ${to} failed: ${(r.stderr || r.stdout).trim()}`)
-      return { status: 'completed', output: `Moved ${p} to ${to}` }
-    }
+    // (a Move to with an empty diff is a pure rename: moat's /patch keeps the bytes)
     await this._patch(`*** Update File: ${p}\n${to ? `*** Move to: ${to}\n` : ''}${body}`)
     return { status: 'completed', output: to ? `Moved ${p} to ${to}` : `Updated ${p}` }
   }

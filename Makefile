@@ -202,7 +202,7 @@ FUZZ_SRC_connect   := src/serve/connect.c src/serve/image.c src/proto/entries.c 
 FUZZ_LIBS_connect  := -ljansson
 FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 # the MCP door's JSON-RPC codec, Origin check and tool argument checks
-FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c $(FUZZ_BASE)
+FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c src/serve/browser.c $(FUZZ_BASE)
 FUZZ_LIBS_mcp      := -ljansson
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)

@@ -1,6 +1,7 @@
 /* HTTP side of the daemon: see http.h. */
 #define _GNU_SOURCE
 #include "http.h"
+#include "browser.h"
 #include "http_guard.h"
 #include "e2b.h"
 
@@ -20,6 +21,8 @@
 static struct evhttp *http;
 static char *token;
 static void (*route)(struct evhttp_request *req);
+static char listen_host[256];       /* --listen's host (brackets off) */
+static char *const *allow_origins;  /* --allow-origin, NULL-terminated */
 static struct http_stats stats;
 
 const struct http_stats *http_stats(void)
@@ -271,10 +274,32 @@ static void on_request(struct evhttp_request *req, void *arg)
 		refused(req, &r);
 		return;
 	}
+	/* A web page must not drive the daemon, whatever the door (browser.h):
+	 * a foreign Origin always; a foreign Host when no token stands in the
+	 * way of a DNS-rebound page (E2B's <port>-<id>. hosts have their own
+	 * per-sandbox auth). */
+	struct evkeyvalq *hin = evhttp_request_get_input_headers(req);
+	const char *origin = evhttp_find_header(hin, "Origin");
+	bool e2b = e2b_claims(req);
+	if (!browser_origin_ok(origin, listen_host, allow_origins)) {
+		http_error(req, 403, "forbidden",
+			   "Origin %.200s is not allowed: a web page may not drive moat serve "
+			   "(loopback origins, the --listen host and --allow-origin only)",
+			   origin);
+		return;
+	}
+	const char *hosthdr = evhttp_find_header(hin, "Host");
+	if (!token && !e2b && !browser_host_ok(hosthdr, listen_host)) {
+		http_error(req, 403, "forbidden",
+			   "Host %.200s is not allowed: a daemon without a token answers only "
+			   "loopback names and its --listen host",
+			   hosthdr);
+		return;
+	}
 	/* the E2B door authenticates its own requests (an API key for its
 	 * control plane, per-sandbox access tokens for envd) and answers in
 	 * E2B's error shape */
-	if (e2b_claims(req)) {
+	if (e2b) {
 		if (is_refused) {
 			if (r.close)
 				evhttp_add_header(evhttp_request_get_output_headers(req),
@@ -305,6 +330,11 @@ static void on_request(struct evhttp_request *req, void *arg)
 	route(req);
 }
 
+void http_allow_origins(char *const *origins)
+{
+	allow_origins = origins;
+}
+
 int http_start(struct event_base *base, const char *listen, const char *tok,
 	       void (*handler)(struct evhttp_request *req), struct moat_err *e)
 {
@@ -320,6 +350,7 @@ int http_start(struct event_base *base, const char *listen, const char *tok,
 		memmove(host, host + 1, strlen(host));
 		host[strcspn(host, "]")] = '\0';
 	}
+	snprintf(listen_host, sizeof listen_host, "%s", host);
 	http = evhttp_new(base);
 	if (!http)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "evhttp");

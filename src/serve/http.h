@@ -31,6 +31,9 @@ void http_set_closecb(struct evhttp_connection *c,
 int http_start(struct event_base *base, const char *listen, const char *token,
 	       void (*handler)(struct evhttp_request *req), struct moat_err *e);
 void http_stop(void);
+/* Origins a browser page may come from besides loopback and the listen
+ * host (--allow-origin; browser.h), NULL-terminated, kept as given. */
+void http_allow_origins(char *const *origins);
 /* Is got the daemon's API token? (constant time; with no token configured,
  * a loopback daemon without auth, anything is, NULL included). For doors
  * that take the token in their own header (the E2B door's X-API-KEY). */

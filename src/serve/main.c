@@ -23,6 +23,7 @@
 #include <fcntl.h>
 #include <getopt.h>
 #include <limits.h>
+#include <strings.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -54,7 +55,7 @@ static void usage(FILE *f)
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
-	      "                  [--mcp-sessions N] [--mcp-idle SECONDS]\n"
+	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
@@ -73,7 +74,11 @@ static void usage(FILE *f)
 	      "door's templateID NAME starts from (\"base\" is the host's system unless\n"
 	      "given; docs/e2b.md).\n"
 	      "MCP (Streamable HTTP at /mcp, docs/mcp.md): --mcp-sessions N open sessions at\n"
-	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n", f);
+	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n"
+	      "Browsers: a request with an Origin other than loopback or the --listen host\n"
+	      "is refused (403), unless --allow-origin ORIGIN (repeatable, e.g.\n"
+	      "https://console.example) names it; without a token, so is a Host other than\n"
+	      "those (DNS rebinding).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -174,9 +179,10 @@ int main(int argc, char **argv)
 		{"template", required_argument, 0, 'T'},
 		{"mcp-sessions", required_argument, 0, 'M' + 256},
 		{"mcp-idle", required_argument, 0, 'I' + 256},
+		{"allow-origin", required_argument, 0, 'O' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
-	struct moat_strv host = {0}, net_allow = {0}, templates = {0};
+	struct moat_strv host = {0}, net_allow = {0}, templates = {0}, origins = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
@@ -203,6 +209,19 @@ int main(int argc, char **argv)
 			if (moat_parse_uint(optarg, 86400 * 30, &mcp_idle, &e) < 0 || !mcp_idle)
 				return fail("--mcp-idle: %s", e.msg[0] ? e.msg : "at least 1", "");
 			break;
+		case 'O' + 256: {
+			/* scheme://host[:port], as browsers send it */
+			const char *h = strstr(optarg, "://");
+			if (!h || !h[3] || strpbrk(h + 3, "/?#@ ") ||
+			    (strncasecmp(optarg, "http://", 7) && strncasecmp(optarg, "https://", 8)))
+				return fail("--allow-origin %s: expected http(s)://HOST[:PORT] "
+					    "(an Origin has no path)", optarg, "");
+			char *o = strdup(optarg);
+			if (!o)
+				return fail("--allow-origin: out of memory%s", "", "");
+			moat_strv_take(&origins, o);
+			break;
+		}
 		case 'd': data = optarg; break;
 		case 't': token_file = optarg; break;
 		case 'a': {
@@ -421,9 +440,10 @@ int main(int argc, char **argv)
 	clone_sweep(); /* seeds of creates a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
 	http_set_body_limit(body_limit);
-	struct mcp_config mcp = {.base = base, .listen = listen,
+	struct mcp_config mcp = {.base = base,
 				 .max_sessions = (unsigned)mcp_sessions, .idle_s = (unsigned)mcp_idle};
 	mcp_init(&mcp);
+	http_allow_origins(origins.v);
 	if (http_start(base, listen, token, route, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	struct event *sterm = evsignal_new(base, SIGTERM, on_signal, base);
@@ -449,6 +469,7 @@ int main(int argc, char **argv)
 	moat_strv_free(&host);
 	moat_strv_free(&net_allow);
 	moat_strv_free(&templates);
+	moat_strv_free(&origins);
 	close(cfg.agent_exe);
 	close(lock);
 	return 0;

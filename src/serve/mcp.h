@@ -13,7 +13,6 @@ struct event_base;
 
 struct mcp_config {
 	struct event_base *base;
-	const char *listen;    /* --listen HOST:PORT (its host passes the Origin check) */
 	unsigned max_sessions; /* open sessions at most (0: MCP_MAX_SESSIONS) */
 	unsigned idle_s;       /* a session unused this long ends (0: MCP_IDLE_S) */
 };

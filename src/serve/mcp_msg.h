@@ -55,14 +55,6 @@ bool mcp_version_known(const char *v);
 /* initialize: the client's version when it is served, else the newest. */
 const char *mcp_version_pick(const char *asked);
 
-/* The transport's DNS-rebinding check (spec: servers MUST validate
- * Origin). origin: the header's value; NULL (no header: not a browser)
- * passes. Else it must be http(s)://HOST[:PORT] with HOST loopback
- * (localhost, 127.0.0.0/8, [::1]) or listen_host (the daemon's --listen
- * host, brackets off for IPv6); "null", other schemes, user info or a
- * path are refused. */
-bool mcp_origin_ok(const char *origin, const char *listen_host);
-
 /* A session id as the transport mints them: 32 lowercase hex digits. */
 #define MCP_SESSION_ID_LEN 32
 bool mcp_session_id_ok(const char *s);

@@ -9,6 +9,7 @@
  * tests/fuzz/corpus/fuzz_mcp (the messages an MCP SDK client sends). */
 #include "serve/mcp_msg.h"
 #include "serve/mcp_schema.h"
+#include "serve/browser.h"
 
 #include <stdint.h>
 #include <stdlib.h>
@@ -118,7 +119,10 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 		return 0;
 	memcpy(s, data, size);
 	s[size] = '\0';
-	if (mcp_origin_ok(s, "moat.test") && !loopback_form(s))
+	if (browser_origin_ok(s, "moat.test", NULL) && !loopback_form(s))
+		abort();
+	/* a Host that passes is HOST[:PORT] alone */
+	if (browser_host_ok(s, "moat.test") && strpbrk(s, "/?#@ "))
 		abort();
 	if (mcp_session_id_ok(s) && strlen(s) != MCP_SESSION_ID_LEN)
 		abort();

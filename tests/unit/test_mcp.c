@@ -4,6 +4,7 @@
  * past the end trips ASan. */
 #include <criterion/criterion.h>
 
+#include "serve/browser.h"
 #include "serve/mcp_msg.h"
 #include "serve/mcp_schema.h"
 
@@ -134,33 +135,33 @@ Test(mcp_msg, versions)
 
 Test(mcp_msg, origin)
 {
-	cr_assert(mcp_origin_ok(NULL, "127.0.0.1"));
-	cr_assert(mcp_origin_ok("http://localhost:7070", "127.0.0.1"));
-	cr_assert(mcp_origin_ok("http://LOCALHOST", "127.0.0.1"));
-	cr_assert(mcp_origin_ok("https://127.0.0.1:8443", "127.0.0.1"));
-	cr_assert(mcp_origin_ok("http://127.1.2.3", "127.0.0.1"));
-	cr_assert(mcp_origin_ok("http://[::1]:7070", "127.0.0.1"));
-	cr_assert(mcp_origin_ok("http://10.0.0.5:7070", "10.0.0.5"));
-	cr_assert(mcp_origin_ok("http://moat.lan:7070", "moat.lan"));
-	cr_assert(mcp_origin_ok("http://[fd00::5]:7070", "fd00::5"));
+	cr_assert(browser_origin_ok(NULL, "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("http://localhost:7070", "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("http://LOCALHOST", "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("https://127.0.0.1:8443", "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("http://127.1.2.3", "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("http://[::1]:7070", "127.0.0.1", NULL));
+	cr_assert(browser_origin_ok("http://10.0.0.5:7070", "10.0.0.5", NULL));
+	cr_assert(browser_origin_ok("http://moat.lan:7070", "moat.lan", NULL));
+	cr_assert(browser_origin_ok("http://[fd00::5]:7070", "fd00::5", NULL));
 	/* DNS rebinding: a page of another name that now resolves to us */
-	cr_assert_not(mcp_origin_ok("http://evil.example:7070", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://localhost.evil.example", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://127.0.0.1.evil.example", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://127.0.0.256", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://127.0.0", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://10.0.0.5", "0.0.0.0"));
-	cr_assert_not(mcp_origin_ok("http://[fd00::5]", "fd00::6"));
-	cr_assert_not(mcp_origin_ok("null", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("file://", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("vscode-webview://localhost", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://user@localhost", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://localhost/path", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://localhost:", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://localhost:123456", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("http://[::1", "127.0.0.1"));
-	cr_assert_not(mcp_origin_ok("", "127.0.0.1"));
+	cr_assert_not(browser_origin_ok("http://evil.example:7070", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://localhost.evil.example", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://127.0.0.1.evil.example", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://127.0.0.256", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://127.0.0", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://10.0.0.5", "0.0.0.0", NULL));
+	cr_assert_not(browser_origin_ok("http://[fd00::5]", "fd00::6", NULL));
+	cr_assert_not(browser_origin_ok("null", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("file://", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("vscode-webview://localhost", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://user@localhost", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://localhost/path", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://localhost:", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://localhost:123456", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("http://[::1", "127.0.0.1", NULL));
+	cr_assert_not(browser_origin_ok("", "127.0.0.1", NULL));
 }
 
 Test(mcp_msg, session_ids)

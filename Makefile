@@ -183,14 +183,14 @@ E2B_ENVD_SRC := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_env
                 src/serve/connect.c src/serve/multipart.c
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/jfield.c src/serve/http.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
                       src/policy/quota.c src/policy/policy.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)
 FUZZ_LIBS_api      := -levent -ljansson -larchive
 # the E2B door's front and control plane behind stand-ins for box.c
 # (tests/fuzz/fuzz_e2b.c) and the core (core_stub.c until core.c lands)
-FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c tests/fuzz/e2b_stub.c src/serve/http.c \
+FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c tests/fuzz/e2b_stub.c src/serve/http.c src/serve/browser.c \
                       src/serve/http_guard.c src/serve/metrics.c $(FUZZ_BASE)
 FUZZ_LIBS_e2b      := -levent -ljansson
 # the framer in front of evhttp; the target includes http_guard.c itself
@@ -206,7 +206,7 @@ FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c src/serve/brows
 FUZZ_LIBS_mcp      := -ljansson
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
-FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c \
+FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c src/serve/browser.c \
                       src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
 # moat mcp's framing: stdin lines and the daemon's server-sent events

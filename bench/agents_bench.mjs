@@ -11,6 +11,8 @@
 //   (c) the editor's apply_patch of a one-line update vs that same POST patch
 //   (d) (a) and (b) again with fetch answered in-process by the recorded
 //       answer: the client code's own cost, without the daemon's noise
+//   (e) the MCP door: tools/call exec {cmd:'true'} POSTed to /mcp (one
+//       session, plain fetch) vs /v1 exec {cmd:'true'}: the door's cost
 //
 // Prints medians and p90s in milliseconds, the per-call overhead (median
 // difference) and the ratio. The issue's bound: at most 0.3 ms per exec.
@@ -136,6 +138,32 @@ try {
   } finally {
     globalThis.fetch = real
   }
+
+  // (e) the MCP door against /v1 for the same command
+  const hdr = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream',
+    ...(token ? { Authorization: `Bearer ${token}` } : {}) }
+  const init = await fetch(`${url}/mcp`, { method: 'POST', headers: hdr, body: JSON.stringify({
+    jsonrpc: '2.0', id: 0, method: 'initialize',
+    params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 'bench', version: '1' } } }) })
+  await init.arrayBuffer()
+  const sid = init.headers.get('mcp-session-id')
+  if (!sid) throw new Error(`agents_bench: /mcp initialize answered ${init.status} without a session`)
+  const mh = { ...hdr, 'Mcp-Session-Id': sid, 'MCP-Protocol-Version': '2025-06-18' }
+  await (await fetch(`${url}/mcp`, { method: 'POST', headers: mh,
+    body: JSON.stringify({ jsonrpc: '2.0', method: 'notifications/initialized' }) })).arrayBuffer()
+  let n = 1
+  const mcpExec = async () => {
+    const r = await fetch(`${url}/mcp`, { method: 'POST', headers: mh, body: JSON.stringify({
+      jsonrpc: '2.0', id: n++, method: 'tools/call',
+      params: { name: 'exec', arguments: { id: plain.id, cmd: 'true' } } }) })
+    const j = await r.json()
+    if (j.error || j.result?.isError) throw new Error(`agents_bench: MCP exec failed: ${JSON.stringify(j).slice(0, 300)}`)
+  }
+  const v1Req = { url: `${url}/v1/sandboxes/${plain.id}/exec`, init: { method: 'POST',
+    headers: { 'Content-Type': 'application/json', ...(token ? { Authorization: `Bearer ${token}` } : {}) },
+    body: JSON.stringify({ cmd: 'true' }) } }
+  await pair('(e) MCP tools/call exec "true" [/mcp door]', mcpExec, () => replay(v1Req))
+  await fetch(`${url}/mcp`, { method: 'DELETE', headers: mh }).then((r) => r.arrayBuffer()).catch(() => {})
 } finally {
   if (session) await client.delete(session.state).catch(() => {})
   if (daemon) await daemon.stop()

@@ -81,5 +81,16 @@ bool browser_origin_ok(const char *origin, const char *listen_host, char *const 
 
 bool browser_host_ok(const char *host, const char *listen_host)
 {
-	return !host || hostport_ok(host, listen_host);
+	if (!host)
+		return true;
+	/* A page rebinding its name needs a name the attacker's DNS answers
+	 * for, so one with a dot; a single label (a raw client's "Host: x",
+	 * a container's service name) is no such name. */
+	static const char label[] = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_";
+	size_t n = strspn(host, label);
+	if (n && (!host[n] || (host[n] == ':' && host[n + 1] &&
+			       strspn(host + n + 1, "0123456789") == strlen(host + n + 1) &&
+			       strlen(host + n + 1) <= 5)))
+		return true;
+	return hostport_ok(host, listen_host);
 }

@@ -17,8 +17,9 @@
  * user info or a path are refused. */
 bool browser_origin_ok(const char *origin, const char *listen_host, char *const *allowed);
 
-/* host: the Host header's value, HOST[:PORT] with the same rules for HOST;
- * NULL (HTTP/1.0) passes. */
+/* host: the Host header's value, HOST[:PORT] with the same rules for HOST,
+ * except that a single label (no dot: no name a remote attacker's DNS can
+ * serve) passes; NULL (HTTP/1.0) passes. */
 bool browser_host_ok(const char *host, const char *listen_host);
 
 #endif

@@ -15,6 +15,12 @@ Test(browser, host_forms)
 	cr_assert(browser_host_ok("127.9.9.9", "127.0.0.1"));
 	cr_assert(browser_host_ok("moat.lan:7070", "moat.lan"));
 	cr_assert(browser_host_ok("[fd00::5]:7070", "fd00::5"));
+	/* single labels: no attacker's DNS name */
+	cr_assert(browser_host_ok("x", "127.0.0.1"));
+	cr_assert(browser_host_ok("moat:7070", "127.0.0.1"));
+	cr_assert_not(browser_host_ok("moat:7070x", "127.0.0.1"));
+	cr_assert_not(browser_host_ok("x/y", "127.0.0.1"));
+	cr_assert_not(browser_host_ok("evil.", "127.0.0.1"));
 
 	cr_assert_not(browser_host_ok("evil.example:7070", "127.0.0.1"));
 	cr_assert_not(browser_host_ok("localhost.evil.example", "127.0.0.1"));

@@ -121,6 +121,21 @@ def test_mcp_review_sandbox_delete_mid_sse(srv, mcp, box):
     assert mcp.rpc("ping")["result"] == {}
     other.delete()
 
+def test_mcp_review_read_file_is_bounded(srv, mcp, box):
+    """A big file is an error naming its size, not gigabytes of daemon
+    memory (its text goes out twice, control bytes escaped 6 to 1)."""
+    mcp.ok("exec", {"id": box, "cmd": "head -c 5000000 /dev/zero | tr '\\0' '\\1' > big; "
+                                      "head -c 1000000 /dev/zero | tr '\\0' a > ok"})
+    t = mcp.error("read_file", {"id": box, "path": "big"}, "5000000 bytes", "4194304", "too_large")
+    assert "\x01" not in t
+    res = mcp.ok("read_file", {"id": box, "path": "ok"})
+    assert res["structuredContent"]["size"] == 1000000
+    # the file is there, as /v1 sees it
+    r = srv.get(f"/v1/sandboxes/{box}/files/stat?path=big")
+    assert r.status == 200 and r.json()["size"] == 5000000, r
+    assert mcp.rpc("ping")["result"] == {}
+
+
 def test_zz_mcp_review_clean(srv):
     srv.stop()
     for mark in ("AddressSanitizer", "LeakSanitizer", "runtime error:"):

@@ -1,7 +1,8 @@
 """End-to-end tests of the MCP door's edges found in review: an exec that
 streams progress (SSE) whose client hangs up, is cancelled, whose session is
 deleted or whose sandbox is deleted mid-call; a cancel naming another
-session's request; read_file's bound. Each time the process is gone on the
+session's request; read_file's bound; no host-file
+existence oracle in a manifest's local sources. Each time the process is gone on the
 host, the daemon keeps serving, and (at the end) no sanitizer report."""
 import json
 import socket
@@ -134,6 +135,25 @@ def test_mcp_review_read_file_is_bounded(srv, mcp, box):
     r = srv.get(f"/v1/sandboxes/{box}/files/stat?path=big")
     assert r.status == 200 and r.json()["size"] == 5000000, r
     assert mcp.rpc("ping")["result"] == {}
+
+
+def test_mcp_review_host_paths_are_no_oracle(srv, mcp):
+    """A manifest's local_file outside every --allow-host-path directory is
+    refused the same way whether the host file exists or not: the model
+    writing sandbox_create's arguments learns nothing of the host."""
+    answers = []
+    for p in ["/etc/hostname", "/nonexistent-" + TOKEN + "/id_rsa"]:
+        res = mcp.call("sandbox_create", {"manifest": {"entries": {"x": {"type": "local_file",
+                                                                      "src": p}}}})
+        assert res.get("isError") is True, res
+        answers.append((res["structuredContent"]["error"]["code"],
+                        res["structuredContent"]["error"]["message"].replace(p, "P")))
+        # /v1 answers alike
+        r = srv.post("/v1/sandboxes", {"manifest": {"entries": {"x": {"type": "local_file",
+                                                                       "src": p}}}})
+        assert r.status == 403, r
+    assert answers[0] == answers[1], answers
+    assert "not under an --allow-host-path directory" in answers[0][1], answers
 
 
 def test_zz_mcp_review_clean(srv):

@@ -154,6 +154,15 @@ def test_mcp_review_host_paths_are_no_oracle(srv, mcp):
         assert r.status == 403, r
     assert answers[0] == answers[1], answers
     assert "not under an --allow-host-path directory" in answers[0][1], answers
+    # and an image: a host directory, a file, a missing path are one answer
+    answers = []
+    for p in ["/root", "/etc/hostname", "/nonexistent-" + TOKEN]:
+        res = mcp.call("sandbox_create", {"image": p})
+        assert res.get("isError") is True, res
+        answers.append((res["structuredContent"]["error"]["code"],
+                        res["structuredContent"]["error"]["message"].replace(p, "P")))
+    assert answers[0] == answers[1] == answers[2], answers
+    assert answers[0][0] == "forbidden", answers
 
 
 def test_zz_mcp_review_clean(srv):

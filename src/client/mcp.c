@@ -194,6 +194,18 @@ static int emit_one(struct msg *m, json_t *j)
 	}
 	const char *v = NULL;
 	if (m->kind == K_INIT && json_unpack(j, "{s:{s:s}}", "result", "protocolVersion", &v) == 0) {
+		/* it goes on every later request as a header: visible ASCII
+		 * only, or a line break in it would add headers of its own */
+		bool ok = *v && strlen(v) <= 64;
+		for (const char *p = v; ok && *p; p++)
+			ok = *p >= 0x21 && *p <= 0x7e;
+		if (!ok) {
+			fprintf(stderr, "moat mcp: %s answered initialize with an invalid "
+				"protocolVersion: not sent as MCP-Protocol-Version\n", r->url);
+			v = NULL;
+		}
+	}
+	if (v) {
 		char *nv = strdup(v);
 		if (nv) {
 			free(r->version);

@@ -1355,12 +1355,22 @@ static bool parse_image(struct core_err *ce, json_t *img, char **out)
 	}
 	char *real = realpath(ip, NULL);
 	struct stat st;
+	bool allowed = false;
 	if (!real || stat(real, &st) < 0 || !S_ISDIR(st.st_mode)) {
 		free(real);
-		cerr(ce, 400, "invalid_request", "image %.200s: not a directory", ip);
+		/* outside every allowed directory, a missing path or a file gets
+		 * the answer of a directory there: the client (a model through
+		 * the MCP door) must not learn what the host has */
+		for (size_t i = 0; !strstr(ip, "/..") && cfg->host_paths && cfg->host_paths[i];
+		     i++)
+			allowed = allowed || moat_path_within(ip, cfg->host_paths[i]);
+		if (allowed)
+			cerr(ce, 400, "invalid_request", "image %.200s: not a directory", ip);
+		else
+			cerr(ce, 403, "forbidden",
+			     "image %.200s is not under an --allow-host-path directory", ip);
 		return false;
 	}
-	bool allowed = false;
 	for (size_t i = 0; cfg->host_paths && cfg->host_paths[i] && !allowed; i++)
 		allowed = moat_path_within(real, cfg->host_paths[i]);
 	if (!allowed) {

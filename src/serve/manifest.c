@@ -70,7 +70,17 @@ static char *host_path(struct mctx *c, const char *where, const char *src)
 	}
 	char *real = realpath(src, NULL);
 	if (!real) {
-		fail(c, EINVAL, where, "%s", strerror(errno));
+		/* a path outside every allowed directory gets the answer of one
+		 * that exists: the client (a model, through the MCP door) must
+		 * not learn which host files exist */
+		int err = errno;
+		bool inside = false;
+		for (size_t i = 0; !strstr(src, "/..") && c->allowed && c->allowed[i]; i++)
+			inside = inside || moat_path_within(src, c->allowed[i]);
+		if (inside)
+			fail(c, EINVAL, where, "%s", strerror(err));
+		else
+			fail(c, EACCES, where, "%s is not under an --allow-host-path directory", src);
 		return NULL;
 	}
 	for (size_t i = 0; c->allowed && c->allowed[i]; i++)

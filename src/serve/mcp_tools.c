@@ -18,6 +18,12 @@
 /* Collected exec output when it also streams (the agent bounds what it
  * sends only when it must hold): as /v1's default max_output_bytes. */
 #define STREAM_KEEP ((size_t)1 << 20)
+/* read_file's bound: its text goes out twice (content and
+ * structuredContent), each byte up to 6 when escaped (\u0001), all held in
+ * memory: a model's 256 MiB file of control bytes would cost the daemon
+ * gigabytes. 4 MiB keeps the answer under `moat mcp`'s 64 MiB message
+ * bound; a larger file is an error naming its size (exec reads parts). */
+#define READ_MAX ((uint64_t)4 << 20)
 
 struct mcp_call {
 	const struct mcp_tool *t;
@@ -550,7 +556,9 @@ struct mcp_call *mcp_tools_call(const struct mcp_tool *t, json_t *args, bool str
 		op = t_stdin(c, b, args, &e);
 		break;
 	case MCP_OP_READ:
-		op = core_read(b, path, NULL, core_config()->max_file, on_done, c, &e);
+		op = core_read(b, path, NULL,
+			       core_config()->max_file < READ_MAX ? core_config()->max_file : READ_MAX,
+			       on_done, c, &e);
 		break;
 	case MCP_OP_WRITE:
 		data = mcp_arg_str(args, "content", &len);

@@ -2133,8 +2133,9 @@ ERROR_CASES = [
     ("create-image-int", "POST", "/v1/sandboxes", {"image": 5}, 400, "invalid_request", "image"),
     ("create-image-relative", "POST", "/v1/sandboxes", {"image": "rootfs"}, 400,
      "invalid_request", "image"),
-    ("create-image-missing", "POST", "/v1/sandboxes", {"image": "/nonexistent/rootfs"}, 400,
-     "invalid_request", "image"),
+    # outside every --allow-host-path directory, missing is answered as not allowed (no oracle)
+    ("create-image-missing", "POST", "/v1/sandboxes", {"image": "/nonexistent/rootfs"}, 403,
+     "forbidden", "image"),
     ("create-image-not-allowed", "POST", "/v1/sandboxes", {"image": "/"}, 403, "forbidden",
      "image"),
     ("create-manifest-list", "POST", "/v1/sandboxes", {"manifest": []}, 400, "invalid_request",

@@ -312,6 +312,25 @@ describe('moat mcp, the relay, against a scripted server', () => {
     assert.equal((await r.end()).code, 0)
   })
 
+  test('a protocolVersion with a line break in the initialize answer is not sent on as a header (no header injection)', async () => {
+    s.handlers.initialize = (m, res) => json(res, 200, {
+      jsonrpc: '2.0', id: m.id,
+      result: { protocolVersion: '2025-06-18\r\nX-Injected: yes', capabilities: {}, serverInfo: { name: 's', version: '0' } },
+    }, { 'Mcp-Session-Id': 'sess-42' })
+    r = new Relay(s.url)
+    r.send(INIT)
+    await r.answer(0)
+    r.send({ jsonrpc: '2.0', id: 1, method: 'ping' })
+    await r.answer(1)
+    assert.equal((await r.end()).code, 0)
+    for (const e of s.log.slice(1)) {
+      assert.equal(e.headers['x-injected'], undefined, JSON.stringify(e.headers))
+      assert.equal(e.headers['mcp-protocol-version'], undefined, JSON.stringify(e.headers))
+      assert.equal(e.headers['mcp-session-id'], 'sess-42')
+    }
+    assert.match(r.err, /protocolVersion/)
+  })
+
   test('SIGTERM: moat mcp ends its session and exits', async () => {
     s.handlers['tools/call'] = () => {} // never answered
     r = new Relay(s.url)

@@ -77,6 +77,7 @@ export async function planEntries(entries, { localBase }) {
       }
       case 'local_file': {
         const src = localSource(base, entry.src, rel)
+        await confined(base, src, SandboxLocalFileReadError, rel)
         const st = await lstatOr(src, SandboxLocalFileReadError, rel)
         if (st.isSymbolicLink()) throw new SandboxLocalFileReadError(`moat: ${where(rel)}: local_file source ${src} is a symbolic link`, { path: rel, src })
         if (!st.isFile()) throw new SandboxLocalFileReadError(`moat: ${where(rel)}: local_file source ${src} is not a regular file`, { path: rel, src })
@@ -85,6 +86,7 @@ export async function planEntries(entries, { localBase }) {
       }
       case 'local_dir': {
         const src = localSource(base, entry.src, rel)
+        await confined(base, src, SandboxLocalDirReadError, rel)
         const st = await lstatOr(src, SandboxLocalDirReadError, rel)
         if (!st.isDirectory()) throw new SandboxLocalDirReadError(`moat: ${where(rel)}: local_dir source ${src} is not a directory`, { path: rel, src })
         await copyDir(src, rel, modeOf(entry, st.mode & 0o777), ops)
@@ -130,6 +132,25 @@ function localSource(base, src, rel) {
     throw new SandboxConfigurationError(`moat: ${where(rel)}: local source ${abs} is outside the local source base directory ${base} (set localSourceBaseDir)`, { path: rel, src: abs })
   }
   return abs
+}
+
+// The lexical check above does not see a symbolic link on the way
+// (base/link/secret with link -> ~/.ssh): the directory holding the source,
+// with its links resolved, must be under the base's real path too. (The
+// source's own last component is lstat'ed by the caller: a link is refused.)
+async function confined(base, abs, E, rel) {
+  if (abs === base) return
+  let realBase, realDir
+  try {
+    realBase = await fs.realpath(base)
+    realDir = await fs.realpath(nodePath.dirname(abs))
+  } catch (e) {
+    throw new E(`moat: ${where(rel)}: cannot read ${abs}: ${e.code || e.message}`, { path: rel, src: abs })
+  }
+  const r = nodePath.relative(realBase, nodePath.join(realDir, nodePath.basename(abs)))
+  if (r.startsWith('..') || nodePath.isAbsolute(r)) {
+    throw new SandboxConfigurationError(`moat: ${where(rel)}: local source ${abs} is outside the local source base directory ${base} (a symbolic link on its way leads to ${realDir})`, { path: rel, src: abs })
+  }
 }
 
 async function lstatOr(p, E, rel) {

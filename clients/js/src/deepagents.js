@@ -102,53 +102,110 @@ function info(entry) {
 }
 
 /**
- * A glob as a RegExp over '/'-separated paths: `*` and `?` stay within a
- * component, `**` spans components (`**\/` also matches none), `[...]` is a
- * class, `{a,b}` alternatives; everything else is literal.
+ * A glob as a matcher over '/'-separated paths (an object with RegExp's
+ * `test`): `*` and `?` stay within a component, `**` spans components
+ * (`**\/` also matches none), `[...]` is a class, `{a,b}` alternatives;
+ * everything else is literal. Not a RegExp: the pattern is the model's, and
+ * a backtracking RegExp of `*a*a*a*a*a*a*a*a*b` takes minutes on one long
+ * name, blocking the host's event loop. The pattern is compiled to a small
+ * program run as a Pike VM: time linear in the path times the pattern.
  */
 export function globRegExp(pattern) {
-  let re = '^'
+  const prog = [] // {op:'char', ok(c)} | {op:'split', a, b} | {op:'jmp', to} | {op:'match'}
+  const emit = (ins) => prog.push(ins) - 1
+  const star = (ok) => {
+    const loop = emit({ op: 'split' })
+    emit({ op: 'char', ok })
+    emit({ op: 'jmp', to: loop })
+    prog[loop].a = loop + 1
+    prog[loop].b = prog.length
+  }
+  const notSlash = (c) => c !== '/'
+  const any = () => true
+  let i = 0
   let depth = 0
-  for (let i = 0; i < pattern.length; i++) {
-    const c = pattern[i]
-    if (c === '*') {
-      if (pattern[i + 1] === '*') {
-        i++
-        if (pattern[i + 1] === '/') {
+  // a sequence up to the end, or (inside braces) up to its ',' or '}'
+  const seq = () => {
+    while (i < pattern.length) {
+      const c = pattern[i]
+      if (depth > 0 && (c === ',' || c === '}')) return
+      i++
+      if (c === '*') {
+        if (pattern[i] === '*') {
           i++
-          re += '(?:.*/)?'
+          if (pattern[i] === '/') {
+            i++
+            const opt = emit({ op: 'split' })
+            prog[opt].a = prog.length
+            star(any)
+            emit({ op: 'char', ok: (x) => x === '/' })
+            prog[opt].b = prog.length
+          } else {
+            star(any)
+          }
         } else {
-          re += '.*'
+          star(notSlash)
         }
-      } else {
-        re += '[^/]*'
-      }
-    } else if (c === '?') {
-      re += '[^/]'
-    } else if (c === '[') {
-      const end = pattern.indexOf(']', i + 2)
-      if (end === -1) {
-        re += '\\['
-      } else {
-        let body = pattern.slice(i + 1, end)
+      } else if (c === '?') {
+        emit({ op: 'char', ok: notSlash })
+      } else if (c === '[' && pattern.indexOf(']', i + 1) !== -1) {
+        const end = pattern.indexOf(']', i + 1)
+        let body = pattern.slice(i, end)
         if (body[0] === '!') body = '^' + body.slice(1)
-        re += '[' + body.replace(/\\/g, '\\\\') + ']'
-        i = end
+        // one character against one class: nothing to backtrack
+        const cls = new RegExp('^[' + body.replace(/\\/g, '\\\\') + ']$')
+        emit({ op: 'char', ok: (x) => cls.test(x) })
+        i = end + 1
+      } else if (c === '{') {
+        depth++
+        const jumps = []
+        for (;;) {
+          const split = emit({ op: 'split' })
+          prog[split].a = prog.length
+          seq()
+          jumps.push(emit({ op: 'jmp' }))
+          prog[split].b = prog.length
+          if (i >= pattern.length) throw new Error(`glob pattern ${JSON.stringify(pattern)}: unclosed "{"`)
+          if (pattern[i++] === '}') break
+        }
+        // the last alternative's split has no other way: it fails
+        emit({ op: 'char', ok: () => false })
+        for (const j of jumps) prog[j].to = prog.length
+        depth--
+      } else {
+        emit({ op: 'char', ok: (x) => x === c })
       }
-    } else if (c === '{') {
-      depth++
-      re += '(?:'
-    } else if (c === '}' && depth > 0) {
-      depth--
-      re += ')'
-    } else if (c === ',' && depth > 0) {
-      re += '|'
-    } else {
-      re += c.replace(/[.+^$(){}|\\\]]/g, '\\$&')
     }
   }
-  if (depth > 0) throw new Error(`glob pattern ${JSON.stringify(pattern)}: unclosed "{"`)
-  return new RegExp(re + '$')
+  seq()
+  emit({ op: 'match' })
+  const add = (set, seen, pc) => {
+    if (seen[pc]) return
+    seen[pc] = true
+    const ins = prog[pc]
+    if (ins.op === 'jmp') add(set, seen, ins.to)
+    else if (ins.op === 'split') {
+      add(set, seen, ins.a)
+      add(set, seen, ins.b)
+    } else set.push(pc)
+  }
+  return {
+    source: pattern,
+    test(path) {
+      const str = String(path)
+      let cur = []
+      add(cur, [], 0)
+      for (let k = 0; k < str.length; k++) {
+        const ch = str[k] // UTF-16 units, as a RegExp without the u flag
+        const next = []
+        const seen = []
+        for (const pc of cur) if (prog[pc].op === 'char' && prog[pc].ok(ch)) add(next, seen, pc + 1)
+        if (next.length === 0) return false
+        cur = next
+      }
+      return cur.some((pc) => prog[pc].op === 'match')
+    },
+  }
 }
 
 const hasMagic = (s) => /[*?[{]/.test(s)

@@ -7,6 +7,7 @@
 
 #include "box.h"
 #include "core.h"
+#include "jfield.h"
 #include "../base/utf8.h"
 #include "../proto/entries.h"
 
@@ -91,35 +92,9 @@ static json_t *failure(const struct mcp_tool *t, const struct core_err *e)
 		      "%s: %s (%s)", t->name, msg, code);
 }
 
-/* Process output as a JSON string, as /v1 shapes it: UTF-8 with each
- * invalid byte (and NUL, which jansson strings cannot hold) as U+FFFD. */
-json_t *mcp_output_text(const char *s, size_t n)
-{
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	size_t o = 0;
-	char *out = malloc(n * 3 + 1);
-	if (!out)
-		return json_string("");
-	for (size_t i = 0; i < n;) {
-		size_t len = p[i] ? moat_utf8_seq(p + i, n - i) : 0;
-		if (len) {
-			memcpy(out + o, p + i, len);
-			o += len;
-			i += len;
-		} else {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	json_t *j = json_stringn(out, o);
-	free(out);
-	return j ? j : json_string("");
-}
-
 static json_t *output_text(const struct moat_buf *b)
 {
-	return mcp_output_text(b->p, b->len);
+	return jf_text(b->p, b->len);
 }
 
 /* ---- calls ------------------------------------------------------------------------ */

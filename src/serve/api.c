@@ -160,15 +160,7 @@ static void x_ended(void *arg, const struct core_exit *x)
 {
 	struct pend *p = arg;
 	pend_done(p);
-	json_t *o = json_object();
-	if (p->kind == P_STDIN) {
-		json_object_set_new(o, "running", json_false());
-		json_object_set_new(o, "process_id", json_integer(x->pid));
-	}
-	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
-	json_object_set_new(o, "signal", json_integer(x->signal));
-	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
-	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
+	json_t *o = jf_exit(x, p->kind == P_STDIN);
 	if (p->wait.streaming) {
 		json_object_set_new(o, "truncated", json_boolean(x->truncated));
 		sse_event(p->req, "exit", o);

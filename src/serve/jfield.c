@@ -121,3 +121,17 @@ json_t *jf_text(const char *s, size_t n)
 	free(out);
 	return j ? j : json_string("");
 }
+
+json_t *jf_exit(const struct core_exit *x, bool with_process)
+{
+	json_t *o = json_object();
+	if (with_process) {
+		json_object_set_new(o, "running", json_false());
+		json_object_set_new(o, "process_id", json_integer(x->pid));
+	}
+	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
+	json_object_set_new(o, "signal", json_integer(x->signal));
+	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
+	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
+	return o;
+}

@@ -25,5 +25,10 @@ bool jf_string_map(struct core_err *ce, json_t *v, const char *what, bool env);
  * it: a JSON string, UTF-8 with each invalid byte (and NUL, which jansson
  * strings cannot hold) as U+FFFD. A new reference, "" when out of memory. */
 json_t *jf_text(const char *p, size_t n);
+/* /v1's answer for a process that ended, up to "timed_out" (the caller
+ * adds "stdout", "stderr" and "truncated", in that order, as it has them);
+ * with_process (write_stdin's answer): "running": false and "process_id"
+ * first. A new reference. */
+json_t *jf_exit(const struct core_exit *x, bool with_process);
 
 #endif

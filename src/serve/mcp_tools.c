@@ -46,16 +46,13 @@ static json_t *text_block(const char *s)
 }
 
 /* A CallToolResult: one text block, structured (stolen, may be NULL). */
-static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+static json_t *vresult(json_t *structured, bool is_error, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+static json_t *vresult(json_t *structured, bool is_error, const char *fmt, va_list ap)
 {
 	char *msg = NULL;
-	va_list ap;
-	va_start(ap, fmt);
 	if (vasprintf(&msg, fmt, ap) < 0)
 		msg = NULL;
-	va_end(ap);
 	json_t *r = json_pack("{s:[o]}", "content", text_block(msg ? msg : "out of memory"));
 	free(msg);
 	if (r && is_error)
@@ -66,19 +63,26 @@ static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
 	return r;
 }
 
+static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	json_t *r = vresult(structured, is_error, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
 /* A successful result */
 #define ok(structured, ...) result((structured), false, __VA_ARGS__)
 
 json_t *mcp_tool_error(const char *fmt, ...)
 {
-	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
+	json_t *r = vresult(NULL, true, fmt, ap);
 	va_end(ap);
-	json_t *r = result(NULL, true, "%s", msg ? msg : "out of memory");
-	free(msg);
 	return r;
 }
 
@@ -188,15 +192,7 @@ static void x_yielded(void *arg, const struct core_exit *x)
 static void x_ended(void *arg, const struct core_exit *x)
 {
 	struct mcp_call *c = arg;
-	json_t *o = json_object();
-	if (c->t->op == MCP_OP_STDIN) {
-		json_object_set_new(o, "running", json_false());
-		json_object_set_new(o, "process_id", json_integer(x->pid));
-	}
-	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
-	json_object_set_new(o, "signal", json_integer(x->signal));
-	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
-	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
+	json_t *o = jf_exit(x, c->t->op == MCP_OP_STDIN);
 	json_object_set_new(o, "stdout", output_text(&c->out));
 	json_object_set_new(o, "stderr", output_text(&c->err));
 	json_object_set_new(o, "truncated", json_boolean(x->truncated || c->cut));

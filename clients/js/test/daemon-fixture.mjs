@@ -1,20 +1,13 @@
 // The preamble the *.test.mjs files share: one real daemon per test file
-// (tests/node/daemon.mjs), started before the file's tests and stopped
-// after them (which deletes what they left), and host directories removed
-// after them. Call these at the top level of a test file.
-import { before, after } from 'node:test'
+// (useDaemon of tests/node/daemon.mjs: started before the file's tests,
+// stopped after them, which deletes what they left), the client options
+// that reach it, and host directories removed after the tests. Call these
+// at the top level of a test file.
+import { after } from 'node:test'
 import fs from 'node:fs'
 import os from 'node:os'
 import path from 'node:path'
-import { Daemon } from '../../../tests/node/daemon.mjs'
-
-/** A Daemon (args as new Daemon's), started by the file's before hook and stopped by its after hook. */
-export function useDaemon(args) {
-  const d = new Daemon(args)
-  before(() => d.start())
-  after(() => d.stop())
-  return d
-}
+export { useDaemon } from '../../../tests/node/daemon.mjs'
 
 /** The options MoatSandbox and MoatSandboxClient take to reach d: read when a test uses them (once d started). */
 export const clientOpts = (d) => ({

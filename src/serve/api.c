@@ -120,7 +120,7 @@ static void x_started(void *arg, int64_t pid)
 	struct pend *p = arg;
 	p->pid = pid;
 	if (p->sse)
-		http_wait_stream(&p->wait);
+		http_wait_stream(&p->wait, "text/event-stream");
 }
 
 static void x_output(void *arg, const char *out, size_t olen, const char *err, size_t elen)

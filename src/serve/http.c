@@ -316,12 +316,12 @@ void http_wait_stop(struct http_wait *w)
 	}
 }
 
-void http_wait_stream(struct http_wait *w)
+void http_wait_stream(struct http_wait *w, const char *ctype)
 {
 	if (w->streaming)
 		return;
 	struct evkeyvalq *h = evhttp_request_get_output_headers(w->req);
-	evhttp_add_header(h, "Content-Type", "text/event-stream");
+	evhttp_add_header(h, "Content-Type", ctype);
 	evhttp_add_header(h, "Cache-Control", "no-store");
 	evhttp_send_reply_start(w->req, 200, "OK");
 	w->streaming = true;

@@ -58,8 +58,8 @@ void http_wait_start(struct http_wait *w, struct event_base *base, struct evhttp
 /* Stop watching: before answering (the connection's close must not run
  * gone after the owner is freed), and when the owner is freed. Idempotent. */
 void http_wait_stop(struct http_wait *w);
-/* Start a text/event-stream reply (200, no-store), once. */
-void http_wait_stream(struct http_wait *w);
+/* Start a streamed reply of type ctype (200, no-store), once. */
+void http_wait_stream(struct http_wait *w, const char *ctype);
 /* What the client has not read yet (back-pressure of a stream). */
 size_t http_wait_backlog(const struct http_wait *w);
 

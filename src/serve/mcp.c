@@ -295,7 +295,7 @@ static void call_output(void *arg, const char *out, size_t olen, const char *err
 	struct pend *p = arg;
 	if (!p->token || (!olen && !elen))
 		return;
-	http_wait_stream(&p->wait);
+	http_wait_stream(&p->wait, "text/event-stream");
 	p->progress += (long long)(olen + elen);
 	/* stdout then stderr of this chunk, as the result's text shows them */
 	char *m = malloc(olen + elen + 1);

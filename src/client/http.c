@@ -169,9 +169,14 @@ struct xfer {
 	bool read_failed;
 };
 
-static bool starts_with_ci(const char *s, const char *prefix)
+bool moat_http_is_stream(CURL *c, const char *type)
 {
-	return strncasecmp(s, prefix, strlen(prefix)) == 0;
+	long st = 0;
+	char *ct = NULL;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	return st >= 200 && st < 300 &&
+	       (!type || (ct && strncasecmp(ct, type, strlen(type)) == 0));
 }
 
 static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
@@ -180,13 +185,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 	size_t n = size * nmemb;
 	if (!x->decided) {
 		x->decided = true;
-		long st = 0;
-		char *ct = NULL;
-		curl_easy_getinfo(x->h->curl, CURLINFO_RESPONSE_CODE, &st);
-		curl_easy_getinfo(x->h->curl, CURLINFO_CONTENT_TYPE, &ct);
-		x->stream = x->rq->sink && st >= 200 && st < 300 &&
-			    (!x->rq->stream_type ||
-			     (ct && starts_with_ci(ct, x->rq->stream_type)));
+		x->stream = x->rq->sink && moat_http_is_stream(x->h->curl, x->rq->stream_type);
 		x->rs->streamed = x->stream;
 	}
 	if (x->stream) {

@@ -34,6 +34,10 @@ int moat_http_base_headers(const struct moat_http *h, struct curl_slist **hdrs);
  * (streamed output must arrive as it comes), http(s) only. */
 CURLcode moat_http_setopts(const struct moat_http *h, CURL *c, const char *url,
 			   struct curl_slist *hdrs, char *errbuf);
+/* Whether the answer c is receiving is a stream: a 2xx whose Content-Type
+ * starts with type (case-insensitive; any type when type is NULL). For a
+ * write callback's first call, once the head is in. */
+bool moat_http_is_stream(CURL *c, const char *type);
 /* Append n bytes to a buffered answer (*buf NUL-terminated, *len bytes
  * not counting the NUL, *cap allocated); false, unchanged, when out of
  * memory or when the answer and its NUL would pass max bytes. */

@@ -236,22 +236,13 @@ static int on_event(void *arg, const char *type, const char *data, size_t len,
 	return 0;
 }
 
-static bool starts_ci(const char *s, const char *p)
-{
-	return s && strncasecmp(s, p, strlen(p)) == 0;
-}
-
 static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct msg *m = arg;
 	size_t n = size * nmemb;
 	if (!m->decided) {
 		m->decided = true;
-		long st = 0;
-		char *ct = NULL;
-		curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, &st);
-		curl_easy_getinfo(m->easy, CURLINFO_CONTENT_TYPE, &ct);
-		m->streaming = st >= 200 && st < 300 && starts_ci(ct, "text/event-stream");
+		m->streaming = moat_http_is_stream(m->easy, "text/event-stream");
 		if (m->streaming)
 			sse_init(&m->sse, MAX_MESSAGE);
 	}

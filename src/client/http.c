@@ -89,14 +89,58 @@ const char *moat_http_url(const struct moat_http *h)
 	return h->url;
 }
 
-const char *moat_http_auth_header(const struct moat_http *h)
+int moat_http_base_headers(const struct moat_http *h, struct curl_slist **hdrs)
 {
-	return h->auth;
+	struct curl_slist *nl = curl_slist_append(*hdrs, "Expect:");
+	if (!nl)
+		return -1;
+	*hdrs = nl;
+	if (h->auth) {
+		nl = curl_slist_append(*hdrs, h->auth);
+		if (!nl)
+			return -1;
+		*hdrs = nl;
+	}
+	return 0;
 }
 
-const char *moat_http_noproxy(const struct moat_http *h)
+CURLcode moat_http_setopts(const struct moat_http *h, CURL *c, const char *url,
+			   struct curl_slist *hdrs, char *errbuf)
 {
-	return h->noproxy;
+	CURLcode rc = CURLE_OK;
+#define SET(opt, val) \
+	do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, opt, val); } while (0)
+	SET(CURLOPT_URL, url);
+	SET(CURLOPT_ERRORBUFFER, errbuf);
+	SET(CURLOPT_NOSIGNAL, 1L);
+	SET(CURLOPT_NOPROXY, h->noproxy);
+	SET(CURLOPT_CONNECTTIMEOUT, 10L);
+	SET(CURLOPT_HTTPHEADER, hdrs);
+	SET(CURLOPT_TCP_NODELAY, 1L);
+	SET(CURLOPT_PROTOCOLS_STR, "http,https");
+#undef SET
+	return rc;
+}
+
+bool moat_http_buf_add(char **buf, size_t *len, size_t *cap, const char *data, size_t n,
+		       size_t max)
+{
+	if (n > max - *len - 1)
+		return false;
+	if (*len + n + 1 > *cap) {
+		size_t nc = *cap ? *cap : 4096;
+		while (nc < *len + n + 1)
+			nc *= 2;
+		char *nb = realloc(*buf, nc);
+		if (!nb)
+			return false;
+		*buf = nb;
+		*cap = nc;
+	}
+	memcpy(*buf + *len, data, n);
+	*len += n;
+	(*buf)[*len] = '\0';
+	return true;
 }
 
 char *moat_http_escape(struct moat_http *h, const char *s)
@@ -125,9 +169,14 @@ struct xfer {
 	bool read_failed;
 };
 
-static bool starts_with_ci(const char *s, const char *prefix)
+bool moat_http_is_stream(CURL *c, const char *type)
 {
-	return strncasecmp(s, prefix, strlen(prefix)) == 0;
+	long st = 0;
+	char *ct = NULL;
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &st);
+	curl_easy_getinfo(c, CURLINFO_CONTENT_TYPE, &ct);
+	return st >= 200 && st < 300 &&
+	       (!type || (ct && strncasecmp(ct, type, strlen(type)) == 0));
 }
 
 static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
@@ -136,13 +185,7 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 	size_t n = size * nmemb;
 	if (!x->decided) {
 		x->decided = true;
-		long st = 0;
-		char *ct = NULL;
-		curl_easy_getinfo(x->h->curl, CURLINFO_RESPONSE_CODE, &st);
-		curl_easy_getinfo(x->h->curl, CURLINFO_CONTENT_TYPE, &ct);
-		x->stream = x->rq->sink && st >= 200 && st < 300 &&
-			    (!x->rq->stream_type ||
-			     (ct && starts_with_ci(ct, x->rq->stream_type)));
+		x->stream = x->rq->sink && moat_http_is_stream(x->h->curl, x->rq->stream_type);
 		x->rs->streamed = x->stream;
 	}
 	if (x->stream) {
@@ -152,26 +195,10 @@ static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 		}
 		return n;
 	}
-	struct moat_http_resp *rs = x->rs;
-	if (n > MAX_ANSWER - rs->len - 1) {
+	if (!moat_http_buf_add(&x->rs->body, &x->rs->len, &x->cap, data, n, MAX_ANSWER)) {
 		x->too_large = true;
 		return 0;
 	}
-	if (rs->len + n + 1 > x->cap) {
-		size_t cap = x->cap ? x->cap : 4096;
-		while (cap < rs->len + n + 1)
-			cap *= 2;
-		char *b = realloc(rs->body, cap);
-		if (!b) {
-			x->too_large = true;
-			return 0;
-		}
-		rs->body = b;
-		x->cap = cap;
-	}
-	memcpy(rs->body + rs->len, data, n);
-	rs->len += n;
-	rs->body[rs->len] = '\0';
 	return n;
 }
 
@@ -251,17 +278,8 @@ int moat_http_do(struct moat_http *h, const struct moat_http_req *rq,
 	if (!url)
 		return -1;
 	__attribute__((cleanup(free_slist))) struct curl_slist *hdrs = NULL;
-	/* No "Expect: 100-continue" round trip before large bodies. */
-	struct curl_slist *nl = curl_slist_append(NULL, "Expect:");
-	if (!nl)
+	if (moat_http_base_headers(h, &hdrs) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "curl_slist_append");
-	hdrs = nl;
-	if (h->auth) {
-		nl = curl_slist_append(hdrs, h->auth);
-		if (!nl)
-			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "curl_slist_append");
-		hdrs = nl;
-	}
 	if (rq->content_type && add_header(&hdrs, "Content-Type", rq->content_type, e) < 0)
 		return -1;
 	if (rq->accept && add_header(&hdrs, "Accept", rq->accept, e) < 0)
@@ -271,20 +289,11 @@ int moat_http_do(struct moat_http *h, const struct moat_http_req *rq,
 	CURL *c = h->curl;
 	curl_easy_reset(c); /* keeps the connection for the next request */
 	h->errbuf[0] = '\0';
-	CURLcode rc = CURLE_OK;
+	CURLcode rc = moat_http_setopts(h, c, url, hdrs, h->errbuf);
 #define SET(opt, val) \
 	do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, opt, val); } while (0)
-	SET(CURLOPT_URL, url);
-	SET(CURLOPT_ERRORBUFFER, h->errbuf);
-	SET(CURLOPT_NOSIGNAL, 1L);
-	SET(CURLOPT_NOPROXY, h->noproxy);
-	SET(CURLOPT_CONNECTTIMEOUT, 10L);
-	SET(CURLOPT_HTTPHEADER, hdrs);
 	SET(CURLOPT_WRITEFUNCTION, on_data);
 	SET(CURLOPT_WRITEDATA, &x);
-	/* Streamed output must reach the terminal as it arrives. */
-	SET(CURLOPT_TCP_NODELAY, 1L);
-	SET(CURLOPT_PROTOCOLS_STR, "http,https");
 	if (rq->upload) {
 		SET(CURLOPT_UPLOAD, 1L);
 		SET(CURLOPT_READFUNCTION, on_read);

@@ -5,6 +5,7 @@
 
 #include <moat/err.h>
 
+#include <curl/curl.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -22,10 +23,26 @@ static inline void moat_http_freep(struct moat_http **h)
 }
 #define _cleanup_http_ __attribute__((cleanup(moat_http_freep)))
 const char *moat_http_url(const struct moat_http *h);
-/* "Authorization: Bearer <token>" (NULL without a token), and the hosts that
- * are never proxied (CURLOPT_NOPROXY), for callers with their own handles. */
-const char *moat_http_auth_header(const struct moat_http *h);
-const char *moat_http_noproxy(const struct moat_http *h);
+
+/* For moat_http_do and for callers with their own easy handles (moat mcp's
+ * multi loop). The headers every request carries, appended to *hdrs:
+ * "Expect:" (no 100-continue round trip before large bodies) and the
+ * bearer token; -1 when out of memory. */
+int moat_http_base_headers(const struct moat_http *h, struct curl_slist **hdrs);
+/* The options every request takes: url, errbuf (CURL_ERROR_SIZE), hdrs,
+ * no signals, the never-proxied hosts, a 10 s connect timeout, TCP_NODELAY
+ * (streamed output must arrive as it comes), http(s) only. */
+CURLcode moat_http_setopts(const struct moat_http *h, CURL *c, const char *url,
+			   struct curl_slist *hdrs, char *errbuf);
+/* Whether the answer c is receiving is a stream: a 2xx whose Content-Type
+ * starts with type (case-insensitive; any type when type is NULL). For a
+ * write callback's first call, once the head is in. */
+bool moat_http_is_stream(CURL *c, const char *type);
+/* Append n bytes to a buffered answer (*buf NUL-terminated, *len bytes
+ * not counting the NUL, *cap allocated); false, unchanged, when out of
+ * memory or when the answer and its NUL would pass max bytes. */
+bool moat_http_buf_add(char **buf, size_t *len, size_t *cap, const char *data, size_t n,
+		       size_t max);
 
 /* "/v1/sandboxes/<id, escaped><suffix>", malloc'd; NULL on OOM. */
 char *moat_http_sandbox_path(struct moat_http *h, const char *id, const char *suffix);

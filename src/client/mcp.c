@@ -248,46 +248,23 @@ static int on_event(void *arg, const char *type, const char *data, size_t len,
 	return 0;
 }
 
-static bool starts_ci(const char *s, const char *p)
-{
-	return s && strncasecmp(s, p, strlen(p)) == 0;
-}
-
 static size_t on_data(char *data, size_t size, size_t nmemb, void *arg)
 {
 	struct msg *m = arg;
 	size_t n = size * nmemb;
 	if (!m->decided) {
 		m->decided = true;
-		long st = 0;
-		char *ct = NULL;
-		curl_easy_getinfo(m->easy, CURLINFO_RESPONSE_CODE, &st);
-		curl_easy_getinfo(m->easy, CURLINFO_CONTENT_TYPE, &ct);
-		m->streaming = st >= 200 && st < 300 && starts_ci(ct, "text/event-stream");
+		m->streaming = moat_http_is_stream(m->easy, "text/event-stream");
 		if (m->streaming)
 			sse_init(&m->sse, MAX_MESSAGE);
 	}
 	if (m->streaming)
 		return sse_feed(&m->sse, data, n, on_event, m, &m->err) < 0 ? 0 : n;
-	if (n > MAX_MESSAGE - m->rlen) {
+	/* MAX_MESSAGE bytes and the NUL */
+	if (!moat_http_buf_add(&m->rbuf, &m->rlen, &m->rcap, data, n, MAX_MESSAGE + 1)) {
 		m->too_large = true;
 		return 0;
 	}
-	if (m->rlen + n + 1 > m->rcap) {
-		size_t nc = m->rcap ? m->rcap : 4096;
-		while (nc < m->rlen + n + 1)
-			nc *= 2;
-		char *nb = realloc(m->rbuf, nc);
-		if (!nb) {
-			m->too_large = true;
-			return 0;
-		}
-		m->rbuf = nb;
-		m->rcap = nc;
-	}
-	memcpy(m->rbuf + m->rlen, data, n);
-	m->rlen += n;
-	m->rbuf[m->rlen] = '\0';
 	return n;
 }
 
@@ -354,9 +331,7 @@ static int add_header(struct curl_slist **l, const char *name, const char *v)
 static CURL *make_easy(struct relay *r, const char *method, bool with_version,
 		       struct curl_slist **hdrs, char *errbuf)
 {
-	const char *auth = moat_http_auth_header(r->h);
-	if (add_header(hdrs, "Expect:", NULL) < 0 ||
-	    (auth && add_header(hdrs, auth, NULL) < 0) ||
+	if (moat_http_base_headers(r->h, hdrs) < 0 ||
 	    (r->session && add_header(hdrs, "Mcp-Session-Id", r->session) < 0) ||
 	    (with_version && r->version &&
 	     add_header(hdrs, "MCP-Protocol-Version", r->version) < 0))
@@ -368,20 +343,9 @@ static CURL *make_easy(struct relay *r, const char *method, bool with_version,
 	CURL *c = curl_easy_init();
 	if (!c)
 		return NULL;
-	CURLcode rc = CURLE_OK;
-#define SET(opt, val) \
-	do { if (rc == CURLE_OK) rc = curl_easy_setopt(c, opt, val); } while (0)
-	SET(CURLOPT_URL, r->url);
-	SET(CURLOPT_ERRORBUFFER, errbuf);
-	SET(CURLOPT_NOSIGNAL, 1L);
-	SET(CURLOPT_NOPROXY, moat_http_noproxy(r->h));
-	SET(CURLOPT_CONNECTTIMEOUT, 10L);
-	SET(CURLOPT_HTTPHEADER, *hdrs);
-	SET(CURLOPT_TCP_NODELAY, 1L);
-	SET(CURLOPT_PROTOCOLS_STR, "http,https");
-	if (strcmp(method, "POST") != 0)
-		SET(CURLOPT_CUSTOMREQUEST, method);
-#undef SET
+	CURLcode rc = moat_http_setopts(r->h, c, r->url, *hdrs, errbuf);
+	if (rc == CURLE_OK && strcmp(method, "POST") != 0)
+		rc = curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
 	if (rc != CURLE_OK) {
 		curl_easy_cleanup(c);
 		return NULL;

@@ -14,7 +14,6 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -38,53 +37,6 @@ static void fail(struct evhttp_request *req, const struct core_err *e)
 
 /* ---- small helpers -------------------------------------------------------- */
 
-/* Process output as a JSON string: UTF-8, invalid bytes replaced. */
-static json_t *text(const char *p, size_t n)
-{
-	char *out = malloc(n * 3 + 1);
-	size_t o = 0;
-	if (!out)
-		return json_string("");
-	for (size_t i = 0; i < n;) {
-		unsigned char c = (unsigned char)p[i];
-		size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
-		bool ok = len && i + len <= n && !(c == 0);
-		for (size_t k = 1; ok && k < len; k++)
-			ok = ((unsigned char)p[i + k] >> 6) == 2;
-		if (ok && len == 2 && c < 0xc2)
-			ok = false; /* overlong */
-		if (ok && len == 3) {
-			unsigned cp = ((c & 15u) << 12) | (((unsigned char)p[i + 1] & 63u) << 6) |
-				      ((unsigned char)p[i + 2] & 63u);
-			ok = cp >= 0x800 && (cp < 0xd800 || cp > 0xdfff);
-		}
-		if (ok && len == 4) {
-			unsigned cp = ((c & 7u) << 18) | (((unsigned char)p[i + 1] & 63u) << 12) |
-				      (((unsigned char)p[i + 2] & 63u) << 6) |
-				      ((unsigned char)p[i + 3] & 63u);
-			ok = cp >= 0x10000 && cp <= 0x10ffff;
-		}
-		if (c == 0) { /* NUL is valid UTF-8 but jansson strings stop there: keep it escaped */
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-			continue;
-		}
-		if (ok) {
-			memcpy(out + o, p + i, len);
-			o += len;
-			i += len;
-		} else {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	json_t *s = json_stringn(out, o);
-	free(out);
-	return s ? s : json_string("");
-}
-
 /* ---- pending requests ----------------------------------------------------- */
 
 enum pend_kind { P_CREATE, P_EXEC, P_STDIN, P_PLAIN, P_NOCONTENT, P_READ, P_IMAGE, P_PACK,
@@ -96,58 +48,23 @@ struct pend {
 	struct core_op *op;   /* until the core answered */
 	enum pend_kind kind;
 	bool sse;
-	bool streaming;       /* SSE headers sent */
 	int64_t pid;
 	struct moat_buf out, err; /* output collected for the answer */
-	struct event *hangup; /* the client closed while we wait */
+	struct http_wait wait; /* the client leaving while we wait */
 };
 
 static void pend_free(struct pend *p)
 {
-	core_op_cancel(p->op);
+	http_wait_stop(&p->wait);
+	core_op_cancel(p->op); /* an exec bound to the request is killed */
 	moat_buf_free(&p->out);
 	moat_buf_free(&p->err);
-	if (p->hangup)
-		event_free(p->hangup);
 	free(p);
 }
 
-static void on_client_gone(struct evhttp_connection *c, void *arg)
+static void on_client_gone(void *arg)
 {
-	struct pend *p = arg;
-	/* libevent found the connection broken itself (a write of a streamed
-	 * reply failed): it hands the request back to us, detached, to end;
-	 * ending a detached request frees it */
-	struct evhttp_request *req = p->req;
-	bool detached = !evhttp_request_get_connection(req);
-	bool streaming = p->streaming;
-	pend_free(p); /* cancels the core's op: an exec bound to it is killed */
-	if (detached && streaming)
-		evhttp_send_reply_end(req);
-	else if (detached)
-		evhttp_send_reply(req, 500, "Client gone", NULL);
-}
-
-/* evhttp does not read a connection whose request is being answered, so
- * it would not see the client leave: watch for the peer's close ourselves
- * (EV_CLOSED) and free the connection, which runs on_client_gone. */
-static void pend_done(struct pend *p);
-
-static void on_hangup(evutil_socket_t fd, short what, void *arg)
-{
-	struct pend *p = arg;
-	if (p->streaming) {
-		/* a started chunked reply: end it (the write fails and evhttp
-		 * frees the request and the connection itself) */
-		struct evhttp_request *req = p->req;
-		pend_done(p);
-		pend_free(p);
-		evhttp_send_reply_end(req);
-		return;
-	}
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	if (c)
-		evhttp_connection_free(c);
+	pend_free(arg);
 }
 
 static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pend_kind k)
@@ -158,31 +75,16 @@ static struct pend *pend_new(struct evhttp_request *req, struct box *b, enum pen
 	p->req = req;
 	p->b = b;
 	p->kind = k;
-	struct evhttp_connection *c = evhttp_request_get_connection(req);
-	http_set_closecb(c, on_client_gone, p);
-	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-	if (bev && conf->base) {
-		p->hangup = event_new(conf->base, bufferevent_getfd(bev), EV_CLOSED, on_hangup, p);
-		if (p->hangup && event_add(p->hangup, NULL) < 0) {
-			event_free(p->hangup);
-			p->hangup = NULL;
-		}
-	}
+	http_wait_start(&p->wait, conf->base, req, on_client_gone, p);
 	return p;
 }
 
-/* Detach from the connection before answering (its close must not free
- * us twice); the core's op has answered (it frees itself). */
+/* Stop watching the client before answering; the core's op has answered
+ * (it frees itself). */
 static void pend_done(struct pend *p)
 {
 	p->op = NULL;
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	if (c)
-		http_set_closecb(c, NULL, NULL);
-	if (p->hangup) {
-		event_free(p->hangup);
-		p->hangup = NULL;
-	}
+	http_wait_stop(&p->wait);
 }
 
 /* The core refused at once (op NULL): answer and free p. */
@@ -217,23 +119,18 @@ static void x_started(void *arg, int64_t pid)
 {
 	struct pend *p = arg;
 	p->pid = pid;
-	if (p->sse && !p->streaming) {
-		struct evkeyvalq *h = evhttp_request_get_output_headers(p->req);
-		evhttp_add_header(h, "Content-Type", "text/event-stream");
-		evhttp_add_header(h, "Cache-Control", "no-store");
-		evhttp_send_reply_start(p->req, 200, "OK");
-		p->streaming = true;
-	}
+	if (p->sse)
+		http_wait_stream(&p->wait, "text/event-stream");
 }
 
 static void x_output(void *arg, const char *out, size_t olen, const char *err, size_t elen)
 {
 	struct pend *p = arg;
-	if (p->streaming) {
+	if (p->wait.streaming) {
 		if (olen)
-			sse_event(p->req, "stdout", json_pack("{s:o}", "data", text(out, olen)));
+			sse_event(p->req, "stdout", json_pack("{s:o}", "data", jf_text(out, olen)));
 		if (elen)
-			sse_event(p->req, "stderr", json_pack("{s:o}", "data", text(err, elen)));
+			sse_event(p->req, "stderr", json_pack("{s:o}", "data", jf_text(err, elen)));
 		return;
 	}
 	/* the agent bounds what it sends (max_output_bytes) */
@@ -243,8 +140,8 @@ static void x_output(void *arg, const char *out, size_t olen, const char *err, s
 
 static json_t *collected(struct pend *p, json_t *o)
 {
-	json_object_set_new(o, "stdout", text(p->out.p ? p->out.p : "", p->out.len));
-	json_object_set_new(o, "stderr", text(p->err.p ? p->err.p : "", p->err.len));
+	json_object_set_new(o, "stdout", jf_text(p->out.p, p->out.len));
+	json_object_set_new(o, "stderr", jf_text(p->err.p, p->err.len));
 	return o;
 }
 
@@ -263,16 +160,8 @@ static void x_ended(void *arg, const struct core_exit *x)
 {
 	struct pend *p = arg;
 	pend_done(p);
-	json_t *o = json_object();
-	if (p->kind == P_STDIN) {
-		json_object_set_new(o, "running", json_false());
-		json_object_set_new(o, "process_id", json_integer(x->pid));
-	}
-	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
-	json_object_set_new(o, "signal", json_integer(x->signal));
-	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
-	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
-	if (p->streaming) {
+	json_t *o = jf_exit(x, p->kind == P_STDIN);
+	if (p->wait.streaming) {
 		json_object_set_new(o, "truncated", json_boolean(x->truncated));
 		sse_event(p->req, "exit", o);
 		evhttp_send_reply_end(p->req);
@@ -288,7 +177,7 @@ static void x_failed(void *arg, const struct core_err *e)
 {
 	struct pend *p = arg;
 	pend_done(p);
-	if (p->streaming) {
+	if (p->wait.streaming) {
 		sse_event(p->req, "error",
 			  json_pack("{s:{s:s,s:s}}", "error", "code", e->code, "message", e->msg));
 		evhttp_send_reply_end(p->req);
@@ -302,9 +191,7 @@ static void x_failed(void *arg, const struct core_err *e)
 static size_t x_backlog(void *arg)
 {
 	struct pend *p = arg;
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+	return http_wait_backlog(&p->wait);
 }
 
 static const struct core_exec_cbs exec_cbs = {.started = x_started, .output = x_output,

@@ -25,7 +25,6 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
@@ -147,8 +146,7 @@ int64_t envd_jint(const json_t *o, const char *k)
 
 void envd_call_free(struct envd_call *c)
 {
-	if (c->hangup)
-		event_free(c->hangup);
+	http_wait_stop(&c->wait);
 	if (c->keepalive)
 		event_free(c->keepalive);
 	if (c->deadline)
@@ -167,13 +165,7 @@ void envd_call_free(struct envd_call *c)
  * the call a second time). */
 void envd_call_detach(struct envd_call *c)
 {
-	struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
-	if (conn)
-		http_set_closecb(conn, NULL, NULL);
-	if (c->hangup) {
-		event_free(c->hangup);
-		c->hangup = NULL;
-	}
+	http_wait_stop(&c->wait);
 }
 
 static void cancel_op(struct envd_call *c)
@@ -183,38 +175,12 @@ static void cancel_op(struct envd_call *c)
 	c->op = NULL;
 }
 
-/* The client went away (as api.c's on_client_gone): no answer, the core
- * forgets the op. */
-static void on_client_gone(struct evhttp_connection *conn, void *arg)
+/* The client went away (http_wait): no answer, the core forgets the op. */
+static void on_client_gone(void *arg)
 {
 	struct envd_call *c = arg;
 	cancel_op(c);
-	struct evhttp_request *req = c->req;
-	bool detached = !evhttp_request_get_connection(req);
-	bool started = c->started;
 	envd_call_free(c);
-	if (detached && started)
-		evhttp_send_reply_end(req);
-	else if (detached)
-		evhttp_send_reply(req, 500, "Client gone", NULL);
-}
-
-/* evhttp does not read a connection whose request is being answered: see
- * the peer's close ourselves (EV_CLOSED), as api.c's on_hangup. */
-static void on_hangup(evutil_socket_t fd, short what, void *arg)
-{
-	struct envd_call *c = arg;
-	if (c->started) {
-		struct evhttp_request *req = c->req;
-		cancel_op(c);
-		envd_call_detach(c);
-		envd_call_free(c);
-		evhttp_send_reply_end(req);
-		return;
-	}
-	struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
-	if (conn)
-		evhttp_connection_free(conn);
 }
 
 struct envd_call *envd_call_new(struct evhttp_request *req, struct box *b, enum envd_kind k)
@@ -226,17 +192,8 @@ struct envd_call *envd_call_new(struct evhttp_request *req, struct box *b, enum 
 	c->b = b;
 	c->kind = k;
 	snprintf(c->user, sizeof c->user, "user");
-	struct evhttp_connection *conn = evhttp_request_get_connection(req);
-	http_set_closecb(conn, on_client_gone, c);
-	struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
 	const struct core_config *cf = core_config();
-	if (bev && cf && cf->base) {
-		c->hangup = event_new(cf->base, bufferevent_getfd(bev), EV_CLOSED, on_hangup, c);
-		if (c->hangup && event_add(c->hangup, NULL) < 0) {
-			event_free(c->hangup);
-			c->hangup = NULL;
-		}
-	}
+	http_wait_start(&c->wait, cf ? cf->base : NULL, req, on_client_gone, c);
 	return c;
 }
 /* ---- answers ------------------------------------------------------------ */
@@ -275,13 +232,7 @@ static void stream_error_now(struct evhttp_request *req, enum connect_code code,
 
 static void stream_begin(struct envd_call *c)
 {
-	if (c->started)
-		return;
-	struct evkeyvalq *h = evhttp_request_get_output_headers(c->req);
-	evhttp_add_header(h, "Content-Type", "application/connect+json");
-	evhttp_add_header(h, "Cache-Control", "no-store");
-	evhttp_send_reply_start(c->req, 200, "OK");
-	c->started = true;
+	http_wait_stream(&c->wait, "application/connect+json");
 }
 
 static void stream_put(struct envd_call *c, struct moat_buf *m)
@@ -299,9 +250,7 @@ static void stream_put(struct envd_call *c, struct moat_buf *m)
 size_t envd_backlog(void *arg)
 {
 	struct envd_call *c = arg;
-	struct evhttp_connection *conn = evhttp_request_get_connection(c->req);
-	struct bufferevent *bev = conn ? evhttp_connection_get_bufferevent(conn) : NULL;
-	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+	return http_wait_backlog(&c->wait);
 }
 
 /* One data envelope of msg (stolen); the silence restarts. */

@@ -6,6 +6,7 @@
 #define MOAT_SERVE_E2B_ENVD_INT_H
 
 #include "connect.h"
+#include "http.h"
 #include "multipart.h"
 
 #include <event2/event.h>
@@ -42,12 +43,12 @@ struct envd_call {
 	struct box *b;
 	enum envd_kind kind;
 	bool stream;      /* a server stream (Start, Connect, WatchDir) */
-	bool started;     /* its 200 and headers went out */
 	bool first_sent;  /* its first event (start) went out */
 	bool by_ps;       /* waiting for core_ps to resolve the selector */
 	bool tty;         /* the process has a pty: output is "pty" */
 	struct core_op *op;
-	struct event *hangup, *keepalive, *deadline;
+	struct http_wait wait; /* the client leaving; .streaming: its 200 and headers went out */
+	struct event *keepalive, *deadline;
 	struct timeval ka;
 	char user[8];
 	char path[PATH_CAP];

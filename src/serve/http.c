@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <event2/buffer.h>
+#include <event2/bufferevent.h>
 #include <event2/keyvalq_struct.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -253,6 +254,87 @@ void http_set_closecb(struct evhttp_connection *c,
 {
 	if (c)
 		guard_set_closecb(c, cb, arg);
+}
+
+/* ---- requests answered later (see struct http_wait) ----------------------- */
+
+static void wait_conn_closed(struct evhttp_connection *c, void *arg)
+{
+	struct http_wait *w = arg;
+	/* libevent found the connection broken itself (a write of a streamed
+	 * reply failed): it hands the request back to us, detached, to end;
+	 * ending a detached request frees it */
+	struct evhttp_request *req = w->req;
+	bool detached = !evhttp_request_get_connection(req);
+	bool streaming = w->streaming;
+	w->gone(w->arg); /* frees w */
+	if (detached && streaming)
+		evhttp_send_reply_end(req);
+	else if (detached)
+		evhttp_send_reply(req, 500, "Client gone", NULL);
+}
+
+static void wait_hangup(evutil_socket_t fd, short what, void *arg)
+{
+	struct http_wait *w = arg;
+	if (w->streaming) {
+		/* a started chunked reply: end it (the write fails and evhttp
+		 * frees the request and the connection itself) */
+		struct evhttp_request *req = w->req;
+		http_wait_stop(w);
+		w->gone(w->arg);
+		evhttp_send_reply_end(req);
+		return;
+	}
+	/* freeing the connection runs wait_conn_closed */
+	struct evhttp_connection *c = evhttp_request_get_connection(w->req);
+	if (c)
+		evhttp_connection_free(c);
+}
+
+void http_wait_start(struct http_wait *w, struct event_base *base, struct evhttp_request *req,
+		     void (*gone)(void *arg), void *arg)
+{
+	*w = (struct http_wait){.req = req, .gone = gone, .arg = arg};
+	struct evhttp_connection *c = evhttp_request_get_connection(req);
+	http_set_closecb(c, wait_conn_closed, w);
+	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+	if (bev && base) {
+		w->hangup = event_new(base, bufferevent_getfd(bev), EV_CLOSED, wait_hangup, w);
+		if (w->hangup && event_add(w->hangup, NULL) < 0) {
+			event_free(w->hangup);
+			w->hangup = NULL;
+		}
+	}
+}
+
+void http_wait_stop(struct http_wait *w)
+{
+	struct evhttp_connection *c = w->req ? evhttp_request_get_connection(w->req) : NULL;
+	if (c)
+		http_set_closecb(c, NULL, NULL);
+	if (w->hangup) {
+		event_free(w->hangup);
+		w->hangup = NULL;
+	}
+}
+
+void http_wait_stream(struct http_wait *w, const char *ctype)
+{
+	if (w->streaming)
+		return;
+	struct evkeyvalq *h = evhttp_request_get_output_headers(w->req);
+	evhttp_add_header(h, "Content-Type", ctype);
+	evhttp_add_header(h, "Cache-Control", "no-store");
+	evhttp_send_reply_start(w->req, 200, "OK");
+	w->streaming = true;
+}
+
+size_t http_wait_backlog(const struct http_wait *w)
+{
+	struct evhttp_connection *c = evhttp_request_get_connection(w->req);
+	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
+	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
 }
 
 /* A request the head check refused: answered, and the connection closed

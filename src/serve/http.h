@@ -39,6 +39,33 @@ void http_allow_origins(char *const *origins);
  * that take the token in their own header (the E2B door's X-API-KEY). */
 bool http_token_equal(const char *got);
 
+/* A request answered later (a call in flight). evhttp does not read a
+ * connection whose request is being answered, so it would not see the
+ * client leave: this watches for the peer's close (EV_CLOSED) as well as
+ * for the connection's end. When the client goes, gone(arg) runs once and
+ * must free the owner (cancelling its call) without answering; then the
+ * request is ended here: a started stream closed, a request libevent
+ * handed back detached finished. Embed it in the owner; it allocates only
+ * the event. */
+struct http_wait {
+	struct evhttp_request *req;
+	struct event *hangup;
+	bool streaming; /* http_wait_stream started a chunked reply */
+	void (*gone)(void *arg);
+	void *arg;
+};
+/* Start watching req (w is all written here). Without base (or a
+ * connection) only the connection's end is watched. */
+void http_wait_start(struct http_wait *w, struct event_base *base, struct evhttp_request *req,
+		     void (*gone)(void *arg), void *arg);
+/* Stop watching: before answering (the connection's close must not run
+ * gone after the owner is freed), and when the owner is freed. Idempotent. */
+void http_wait_stop(struct http_wait *w);
+/* Start a streamed reply of type ctype (200, no-store), once. */
+void http_wait_stream(struct http_wait *w, const char *ctype);
+/* What the client has not read yet (back-pressure of a stream). */
+size_t http_wait_backlog(const struct http_wait *w);
+
 /* Replies. body is stolen. */
 void http_json(struct evhttp_request *req, int status, json_t *body);
 void http_error(struct evhttp_request *req, int status, const char *code,

@@ -5,6 +5,7 @@
 #include "../base/utf8.h"
 
 #include <stdarg.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -96,3 +97,41 @@ bool jf_string_map(struct core_err *ce, json_t *v, const char *what, bool env)
 	return true;
 }
 
+
+json_t *jf_text(const char *s, size_t n)
+{
+	const unsigned char *p = (const unsigned char *)(s ? s : "");
+	size_t o = 0;
+	char *out = malloc(n * 3 + 1);
+	if (!out)
+		return json_string("");
+	for (size_t i = 0; i < n;) {
+		size_t len = p[i] ? moat_utf8_seq(p + i, n - i) : 0;
+		if (len) {
+			memcpy(out + o, p + i, len);
+			o += len;
+			i += len;
+		} else {
+			memcpy(out + o, "\xef\xbf\xbd", 3);
+			o += 3;
+			i++;
+		}
+	}
+	json_t *j = json_stringn(out, o);
+	free(out);
+	return j ? j : json_string("");
+}
+
+json_t *jf_exit(const struct core_exit *x, bool with_process)
+{
+	json_t *o = json_object();
+	if (with_process) {
+		json_object_set_new(o, "running", json_false());
+		json_object_set_new(o, "process_id", json_integer(x->pid));
+	}
+	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
+	json_object_set_new(o, "signal", json_integer(x->signal));
+	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
+	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
+	return o;
+}

@@ -13,12 +13,12 @@
 
 #include "box.h"
 #include "http.h"
+#include "jfield.h"
 #include "mcp_int.h"
 #include "mcp_msg.h"
 #include "metrics.h"
 
 #include <event2/buffer.h>
-#include <event2/bufferevent.h>
 #include <event2/event.h>
 #include <event2/keyvalq_struct.h>
 #include <stdio.h>
@@ -64,8 +64,7 @@ struct pend {
 	json_t *id;           /* the request's id (own reference) */
 	json_t *token;        /* _meta.progressToken (own reference), or NULL */
 	struct mcp_call *call;
-	struct event *hangup; /* the client closed while we wait */
-	bool streaming;       /* SSE headers sent */
+	struct http_wait wait; /* the client leaving while we wait */
 	long long progress;   /* bytes of output reported */
 	struct pend *next;    /* in s->calls */
 };
@@ -204,23 +203,16 @@ static void pend_unlink(struct pend *p)
  * us twice). */
 static void pend_detach(struct pend *p)
 {
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	if (c)
-		http_set_closecb(c, NULL, NULL);
-	if (p->hangup) {
-		event_free(p->hangup);
-		p->hangup = NULL;
-	}
+	http_wait_stop(&p->wait);
 	pend_unlink(p);
 }
 
 static void pend_free(struct pend *p)
 {
+	http_wait_stop(&p->wait);
 	mcp_call_cancel(p->call);
 	json_decref(p->id);
 	json_decref(p->token);
-	if (p->hangup)
-		event_free(p->hangup);
 	free(p);
 }
 
@@ -242,7 +234,7 @@ static void sse_message(struct evhttp_request *req, json_t *msg)
 static void pend_end(struct pend *p, int status, json_t *msg)
 {
 	struct evhttp_request *req = p->req;
-	bool streaming = p->streaming;
+	bool streaming = p->wait.streaming;
 	pend_detach(p);
 	pend_free(p); /* a call still running is cancelled */
 	if (streaming) {
@@ -257,35 +249,12 @@ static void pend_end(struct pend *p, int status, json_t *msg)
 	}
 }
 
-static void on_client_gone(struct evhttp_connection *c, void *arg)
+/* The client left (http_wait): cancel, answer nothing. */
+static void on_client_gone(void *arg)
 {
 	struct pend *p = arg;
-	/* as api.c: a connection libevent found broken hands the request back,
-	 * detached, to end */
-	struct evhttp_request *req = p->req;
-	bool detached = !evhttp_request_get_connection(req);
-	bool streaming = p->streaming;
 	pend_unlink(p);
 	pend_free(p); /* cancels the call: an exec waiting for its exit is killed */
-	if (detached && streaming)
-		evhttp_send_reply_end(req);
-	else if (detached)
-		evhttp_send_reply(req, 500, "Client gone", NULL);
-}
-
-/* evhttp does not read a connection whose request is being answered:
- * watch for the peer's close (EV_CLOSED) and free the connection, which
- * runs on_client_gone. */
-static void on_hangup(evutil_socket_t fd, short what, void *arg)
-{
-	struct pend *p = arg;
-	if (p->streaming) {
-		pend_end(p, 0, NULL);
-		return;
-	}
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	if (c)
-		evhttp_connection_free(c);
 }
 
 static struct pend *pend_new(struct evhttp_request *req, struct session *s, json_t *id)
@@ -298,16 +267,7 @@ static struct pend *pend_new(struct evhttp_request *req, struct session *s, json
 	p->s = s;
 	p->next = s->calls;
 	s->calls = p;
-	struct evhttp_connection *c = evhttp_request_get_connection(req);
-	http_set_closecb(c, on_client_gone, p);
-	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-	if (bev && conf.base) {
-		p->hangup = event_new(conf.base, bufferevent_getfd(bev), EV_CLOSED, on_hangup, p);
-		if (p->hangup && event_add(p->hangup, NULL) < 0) {
-			event_free(p->hangup);
-			p->hangup = NULL;
-		}
-	}
+	http_wait_start(&p->wait, conf.base, req, on_client_gone, p);
 	return p;
 }
 
@@ -325,13 +285,7 @@ static void call_output(void *arg, const char *out, size_t olen, const char *err
 	struct pend *p = arg;
 	if (!p->token || (!olen && !elen))
 		return;
-	if (!p->streaming) {
-		struct evkeyvalq *h = evhttp_request_get_output_headers(p->req);
-		evhttp_add_header(h, "Content-Type", "text/event-stream");
-		evhttp_add_header(h, "Cache-Control", "no-store");
-		evhttp_send_reply_start(p->req, 200, "OK");
-		p->streaming = true;
-	}
+	http_wait_stream(&p->wait, "text/event-stream");
 	p->progress += (long long)(olen + elen);
 	/* stdout then stderr of this chunk, as the result's text shows them */
 	char *m = malloc(olen + elen + 1);
@@ -339,7 +293,7 @@ static void call_output(void *arg, const char *out, size_t olen, const char *err
 		return;
 	memcpy(m, out ? out : "", olen);
 	memcpy(m + olen, err ? err : "", elen);
-	json_t *text = mcp_output_text(m, olen + elen);
+	json_t *text = jf_text(m, olen + elen);
 	free(m);
 	sse_message(p->req,
 		    json_pack("{s:s,s:s,s:{s:O,s:I,s:o}}", "jsonrpc", "2.0", "method",
@@ -350,9 +304,7 @@ static void call_output(void *arg, const char *out, size_t olen, const char *err
 static size_t call_backlog(void *arg)
 {
 	struct pend *p = arg;
-	struct evhttp_connection *c = evhttp_request_get_connection(p->req);
-	struct bufferevent *bev = c ? evhttp_connection_get_bufferevent(c) : NULL;
-	return bev ? evbuffer_get_length(bufferevent_get_output(bev)) : 0;
+	return http_wait_backlog(&p->wait);
 }
 
 static const struct mcp_call_cbs call_cbs = {.done = call_done, .output = call_output,

@@ -34,10 +34,6 @@ struct mcp_call *mcp_tools_call(const struct mcp_tool *t, json_t *args, bool str
  * yield_ms runs on. NULL is a no-op. */
 void mcp_call_cancel(struct mcp_call *c);
 
-/* Process output as /v1 shapes it: a JSON string, UTF-8 with each
- * invalid byte (and NUL) as U+FFFD (new reference). */
-json_t *mcp_output_text(const char *p, size_t n);
-
 /* A CallToolResult with isError and one text block (printf format). */
 json_t *mcp_tool_error(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

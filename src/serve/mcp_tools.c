@@ -7,6 +7,7 @@
 
 #include "box.h"
 #include "core.h"
+#include "jfield.h"
 #include "../base/utf8.h"
 #include "../proto/entries.h"
 
@@ -51,16 +52,13 @@ static json_t *text_block(const char *s)
 }
 
 /* A CallToolResult: one text block, structured (stolen, may be NULL). */
-static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+static json_t *vresult(json_t *structured, bool is_error, const char *fmt, va_list ap)
+	__attribute__((format(printf, 3, 0)));
+static json_t *vresult(json_t *structured, bool is_error, const char *fmt, va_list ap)
 {
 	char *msg = NULL;
-	va_list ap;
-	va_start(ap, fmt);
 	if (vasprintf(&msg, fmt, ap) < 0)
 		msg = NULL;
-	va_end(ap);
 	json_t *r = json_pack("{s:[o]}", "content", text_block(msg ? msg : "out of memory"));
 	free(msg);
 	if (r && is_error)
@@ -71,19 +69,26 @@ static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
 	return r;
 }
 
+static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static json_t *result(json_t *structured, bool is_error, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	json_t *r = vresult(structured, is_error, fmt, ap);
+	va_end(ap);
+	return r;
+}
+
 /* A successful result */
 #define ok(structured, ...) result((structured), false, __VA_ARGS__)
 
 json_t *mcp_tool_error(const char *fmt, ...)
 {
-	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
+	json_t *r = vresult(NULL, true, fmt, ap);
 	va_end(ap);
-	json_t *r = result(NULL, true, "%s", msg ? msg : "out of memory");
-	free(msg);
 	return r;
 }
 
@@ -97,35 +102,9 @@ static json_t *failure(const struct mcp_tool *t, const struct core_err *e)
 		      "%s: %s (%s)", t->name, msg, code);
 }
 
-/* Process output as a JSON string, as /v1 shapes it: UTF-8 with each
- * invalid byte (and NUL, which jansson strings cannot hold) as U+FFFD. */
-json_t *mcp_output_text(const char *s, size_t n)
-{
-	const unsigned char *p = (const unsigned char *)(s ? s : "");
-	size_t o = 0;
-	char *out = malloc(n * 3 + 1);
-	if (!out)
-		return json_string("");
-	for (size_t i = 0; i < n;) {
-		size_t len = p[i] ? moat_utf8_seq(p + i, n - i) : 0;
-		if (len) {
-			memcpy(out + o, p + i, len);
-			o += len;
-			i += len;
-		} else {
-			memcpy(out + o, "\xef\xbf\xbd", 3);
-			o += 3;
-			i++;
-		}
-	}
-	json_t *j = json_stringn(out, o);
-	free(out);
-	return j ? j : json_string("");
-}
-
 static json_t *output_text(const struct moat_buf *b)
 {
-	return mcp_output_text(b->p, b->len);
+	return jf_text(b->p, b->len);
 }
 
 /* ---- calls ------------------------------------------------------------------------ */
@@ -219,15 +198,7 @@ static void x_yielded(void *arg, const struct core_exit *x)
 static void x_ended(void *arg, const struct core_exit *x)
 {
 	struct mcp_call *c = arg;
-	json_t *o = json_object();
-	if (c->t->op == MCP_OP_STDIN) {
-		json_object_set_new(o, "running", json_false());
-		json_object_set_new(o, "process_id", json_integer(x->pid));
-	}
-	json_object_set_new(o, "exit_code", json_integer(x->exit_code));
-	json_object_set_new(o, "signal", json_integer(x->signal));
-	json_object_set_new(o, "duration_ms", json_integer(x->duration_ms));
-	json_object_set_new(o, "timed_out", json_boolean(x->timed_out));
+	json_t *o = jf_exit(x, c->t->op == MCP_OP_STDIN);
 	json_object_set_new(o, "stdout", output_text(&c->out));
 	json_object_set_new(o, "stderr", output_text(&c->err));
 	json_object_set_new(o, "truncated", json_boolean(x->truncated || c->cut));

@@ -12,6 +12,11 @@ import { StreamableHTTPClientTransport } from '@modelcontextprotocol/sdk/client/
 import { MOAT_BIN, withTimeout } from '../node/daemon.mjs'
 
 export const CLIENT_INFO = { name: 'moat-mcp-tests', version: '1.0.0' }
+/** A raw initialize request, for the tests that speak JSON-RPC themselves. */
+export const INIT = {
+  jsonrpc: '2.0', id: 1, method: 'initialize',
+  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
+}
 
 /** The environment of a spawned `moat mcp`: only what it needs. */
 export function relayEnv(url, token, extra = {}) {

@@ -2,27 +2,18 @@
 // The tool tests are suite.mjs's; here also what HTTP alone has (auth,
 // sessions).
 import assert from 'node:assert/strict'
-import { after, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
-import { Daemon } from '../node/daemon.mjs'
-import { connectHttp } from './harness.mjs'
+import { useDaemon } from '../node/daemon.mjs'
+import { INIT, connectHttp } from './harness.mjs'
 import { defineSuite } from './suite.mjs'
 
 defineSuite('http')
 
-const INIT = {
-  jsonrpc: '2.0', id: 1, method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
-}
 const HDRS = { 'Content-Type': 'application/json', Accept: 'application/json, text/event-stream' }
 
 describe('/mcp over HTTP: auth and sessions', () => {
-  let d
-  before(async () => {
-    d = new Daemon()
-    await d.start()
-  })
-  after(async () => { await d?.stop() })
+  const d = useDaemon()
 
   const post = (body, headers = {}) => fetch(`${d.url}/mcp`, {
     method: 'POST', headers: { ...HDRS, ...headers }, body: JSON.stringify(body),

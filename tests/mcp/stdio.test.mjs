@@ -2,10 +2,10 @@
 // moat-client) against a real daemon. The tool tests are suite.mjs's.
 import assert from 'node:assert/strict'
 import { spawn } from 'node:child_process'
-import { after, before, describe, test } from 'node:test'
+import { describe, test } from 'node:test'
 
-import { Daemon, MOAT_BIN, alive, freePort, waitFor, withTimeout } from '../node/daemon.mjs'
-import { connectStdio, relayEnv } from './harness.mjs'
+import { useDaemon, MOAT_BIN, alive, freePort, waitFor, withTimeout } from '../node/daemon.mjs'
+import { INIT, connectStdio, relayEnv } from './harness.mjs'
 import { defineSuite } from './suite.mjs'
 
 defineSuite('stdio')
@@ -24,18 +24,9 @@ async function relayOnce(env, lines) {
   return { code, sig, out: out.split('\n').filter(Boolean).map((l) => JSON.parse(l)), err }
 }
 
-const INIT = {
-  jsonrpc: '2.0', id: 1, method: 'initialize',
-  params: { protocolVersion: '2025-06-18', capabilities: {}, clientInfo: { name: 't', version: '1' } },
-}
 
 describe('moat mcp against a real daemon: failures and the end of stdin', () => {
-  let d
-  before(async () => {
-    d = new Daemon()
-    await d.start()
-  })
-  after(async () => { await d?.stop() })
+  const d = useDaemon()
 
   test('a wrong token: the SDK\'s initialize fails with an error naming the URL and 401', async () => {
     const e = await connectStdio(d, { token: 'e2b_' + '0'.repeat(40) }).then(() => null, (x) => x)

@@ -16,6 +16,7 @@ import crypto from 'node:crypto'
 import fs from 'node:fs'
 import net from 'node:net'
 import path from 'node:path'
+import { after, before } from 'node:test'
 import { fileURLToPath } from 'node:url'
 
 const here = path.dirname(fileURLToPath(import.meta.url))
@@ -336,6 +337,19 @@ export class Daemon {
       }
     }
   }
+}
+
+/**
+ * A Daemon (opts as the constructor's) for the test file or describe block
+ * this is called in: its before hook starts it, its after hook stops it.
+ * (Node runs a scope's before hooks side by side: a hook that needs the
+ * daemon up belongs in a test, or starts the daemon itself.)
+ */
+export function useDaemon(opts) {
+  const d = new Daemon(opts)
+  before(() => d.start())
+  after(() => d.stop())
+  return d
 }
 
 export const sha256 = (buf) => crypto.createHash('sha256').update(buf).digest('hex')

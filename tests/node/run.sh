@@ -20,17 +20,10 @@ if [ $# -lt 2 ]; then
 	echo "usage: $0 PACKAGE_DIR MOAT_BINARY [TEST FILE...]" >&2
 	exit 2
 fi
+. "$(dirname "$0")/../passes.sh"
 pkg=$1
-bin=$2
+set_bin "$2"
 shift 2
-case $bin in
-/*) ;;
-*) bin=$(pwd)/$bin ;;
-esac
-if [ ! -f "$bin" ] || [ ! -x "$bin" ]; then
-	echo "run.sh: $bin is not an executable file" >&2
-	exit 2
-fi
 [ -d "$pkg" ] || { echo "run.sh: $pkg is not a directory" >&2; exit 2; }
 root=$(cd "$(dirname "$0")/../.." && pwd)
 pkg=$(cd "$pkg" && pwd)
@@ -45,21 +38,12 @@ node=$(command -v node) || { echo "run.sh: node is not installed" >&2; exit 2; }
 user=moate2e
 passes=${NODE_PASSES:-root user}
 
-now() { date +%s.%N; }
-since() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
-
-tmp=$(mktemp -d /tmp/moat-node-run.XXXXXX) || exit 2
-chmod 755 "$tmp"
-trap 'rm -rf "$tmp"' EXIT
-trap 'exit 130' INT TERM
+make_tmp moat-node-run
 mkdir -p "$tmp/repo/$rel" "$tmp/repo/tests/node" "$tmp/bin"
 (cd "$pkg" && tar cf - --exclude=./node_modules .) | (cd "$tmp/repo/$rel" && tar xf -) || exit 2
 cp -R "$pkg/node_modules" "$tmp/repo/$rel/node_modules"
 cp "$root"/tests/node/*.mjs "$tmp/repo/tests/node/"
-cp "$bin" "$tmp/bin/moat"
-for b in moat-serve moat-client moat-agent moat-gate; do
-	[ -f "$(dirname "$bin")/$b" ] && cp "$(dirname "$bin")/$b" "$tmp/bin/$b"
-done
+copy_bins "$tmp/bin"
 chmod -R a+rX "$tmp"
 
 # Sequential files: each starts its own daemon, and timing-sensitive tests
@@ -77,20 +61,13 @@ done
 [ -n "$tests" ] || tests=$(cd "$tmp/repo/$rel" && ls *.test.mjs test/*.test.mjs 2>/dev/null)
 [ -n "$tests" ] || { echo "run.sh: no *.test.mjs in $rel" >&2; exit 2; }
 
-status=0
-report=""
+suite() { # a command prefix
+	(cd "$tmp/repo/$rel" && "$@" "$node" $targs ${NODE_TEST_ARGS:-} $tests)
+}
 run_pass() { # LABEL then a command prefix
 	label=$1
 	shift
-	echo "=== moat $name: $label ==="
-	t0=$(now)
-	(cd "$tmp/repo/$rel" && "$@" "$node" $targs ${NODE_TEST_ARGS:-} $tests)
-	rc=$?
-	line="$label: exit $rc in $(since "$t0")s"
-	echo "=== moat $name: $line"
-	report="$report
-  $line"
-	[ $rc -eq 0 ] || status=1
+	timed_pass "$name" "$label" suite "$@"
 }
 
 t_all=$(now)
@@ -101,15 +78,8 @@ if [ "$(id -u)" -eq 0 ]; then
 			run_pass "root" env HOME="$(getent passwd root | cut -d: -f6)" MOAT_BIN="$tmp/bin/moat"
 			;;
 		user)
-			if ! id -u "$user" >/dev/null 2>&1; then
-				useradd -m -s /bin/sh "$user" || { echo "run.sh: useradd $user failed" >&2; exit 2; }
-			fi
-			# users-mode sandboxes (E2B's): rootless, a subordinate range
-			for f in /etc/subuid /etc/subgid; do
-				grep -q "^$user:" "$f" 2>/dev/null || echo "$user:100000:65536" >>"$f"
-			done
-			uhome=$(getent passwd "$user" | cut -d: -f6)
-			[ -d "$uhome" ] || { mkdir -p "$uhome" && chown "$user:" "$uhome"; }
+			# (users-mode sandboxes, E2B's, are rootless: a subordinate range)
+			ensure_user "$user"
 			run_pass "unprivileged ($user)" runuser -u "$user" -- env -i \
 				PATH=/usr/local/bin:/usr/bin:/bin HOME="$uhome" USER="$user" LOGNAME="$user" \
 				LANG=C.UTF-8 MOAT_BIN="$tmp/bin/moat"

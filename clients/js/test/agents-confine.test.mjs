@@ -1,31 +1,21 @@
 // Two agents in parallel in two sandboxes, and confinement asserted on the
 // host: what the agent's tools try against host files changes nothing on
 // the host and brings no host secret back into any tool output.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
 import { Manifest } from '@openai/agents/sandbox'
 import { functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
-import { Daemon, tag } from '../../../tests/node/daemon.mjs'
+import { tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir } from './daemon-fixture.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
 import { agentWith, outputs, parseExec, allOutputText } from './agents-helpers.mjs'
 
-let d
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-agents-confine-'))
-  fs.chmodSync(hostDir, 0o755)
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-agents-confine-', { mode: 0o755 })
 
 const listed = async (mark) => (await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes
 

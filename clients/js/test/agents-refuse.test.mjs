@@ -1,32 +1,23 @@
 // What moat cannot honour is refused early with an error naming it, and no
 // sandbox is left behind; the git_repo refusal of the daemon reaches the
 // user. Also: the exec text and its truncation match the SDK's own.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
 import { Manifest, SandboxUnsupportedFeatureError, s3Mount, gitRepo } from '@openai/agents/sandbox'
 import { functionCall, assistantMessage } from '@openai/agents/testing'
 import { truncateOutput as sdkTruncate, formatExecResponse as sdkFormat } from '@openai/agents-core/sandbox/internal'
-import { Daemon, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { rejection } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir } from './daemon-fixture.mjs'
 import { MoatError } from '../src/client.js'
 import { MoatSandboxClient } from '../src/agents.js'
 import { truncateOutput, formatExecResponse } from '../src/execOutput.js'
 import { agentWith } from './agents-helpers.mjs'
 
-let d
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-agents-refuse-'))
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-agents-refuse-')
 
 const all = async () => (await d.v1('GET', '/v1/sandboxes')).json().sandboxes
 const client = () => new MoatSandboxClient({ baseUrl: d.url, token: d.token, localSourceBaseDir: hostDir })

@@ -2,30 +2,21 @@
 // ScriptedModel: manifest materialisation, exec, yield + write_stdin,
 // apply_patch, view_image, cleanup. Effects are checked through moat's own
 // /v1 API (d.v1) while the run is live (inside a modelResponder) and after.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
 import { Manifest, SandboxAgent, shell, filesystem } from '@openai/agents/sandbox'
 import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
 import { truncateOutput as sdkTruncate } from '@openai/agents-core/sandbox/internal'
-import { Daemon, tag } from '../../../tests/node/daemon.mjs'
+import { tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir } from './daemon-fixture.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
 import { agentWith, outputs, parseExec, previousOutput, PNG_1X1 } from './agents-helpers.mjs'
 
-let d
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-agents-run-'))
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-agents-run-')
 
 const newClient = (mark, extra = {}) => new MoatSandboxClient({ baseUrl: d.url, token: d.token, metadata: { mark }, localSourceBaseDir: hostDir, ...extra })
 const listed = async (mark) => (await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes

@@ -2,29 +2,20 @@
 // are materialised at create time; lazy skills from a host directory are
 // loaded into the live sandbox by load_skill (materializeEntry). Checked
 // through moat's /v1 API.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
-import os from 'node:os'
 import path from 'node:path'
 import { run } from '@openai/agents'
 import { SandboxAgent, shell, filesystem, skills, localDir } from '@openai/agents/sandbox'
 import { ScriptedModel, functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
-import { Daemon, tag } from '../../../tests/node/daemon.mjs'
+import { tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir } from './daemon-fixture.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
 import { outputs, parseExec } from './agents-helpers.mjs'
 
-let d
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  hostDir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-agents-skills-'))
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-agents-skills-')
 
 const SKILL = '---\nname: greet\ndescription: says hi politely\n---\nSay hi.\n'
 const listed = async (mark) => (await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes

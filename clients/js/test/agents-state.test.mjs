@@ -1,22 +1,16 @@
 // Serialize and resume into the same live sandbox; developer-owned and
 // provided sessions; a stale state. Checked through moat's /v1 API.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import { run, RunState, UserError } from '@openai/agents'
 import { Manifest, shell } from '@openai/agents/sandbox'
 import { functionCall, assistantMessage, modelResponder } from '@openai/agents/testing'
-import { Daemon, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { rejection, tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon } from './daemon-fixture.mjs'
 import { MoatSandboxClient } from '../src/agents.js'
 import { agentWith, outputs, parseExec } from './agents-helpers.mjs'
 
-let d
-before(async () => {
-  d = new Daemon()
-  await d.start()
-})
-after(async () => {
-  await d?.stop()
-})
+const d = useDaemon()
 
 const SECRET_ENV = `env-secret-${tag()}`
 const newClient = (mark) => new MoatSandboxClient({ baseUrl: d.url, token: d.token, metadata: { mark } })

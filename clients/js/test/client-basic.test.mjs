@@ -1,20 +1,13 @@
 // MoatSandbox against a real daemon: every call's effect is checked through
 // moat's own /v1 API (d.v1), not only through the client's answers.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Daemon, freePort, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { freePort, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon, clientOpts } from './daemon-fixture.mjs'
 import { MoatSandbox, MoatError } from '../src/client.js'
 
-let d
-let opts
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  opts = { baseUrl: d.url, token: d.token }
-})
-after(async () => {
-  await d?.stop()
-})
+const d = useDaemon()
+const opts = clientOpts(d)
 
 test('create with manifest, env and metadata; connect; list; delete is idempotent', async () => {
   const mark = tag()

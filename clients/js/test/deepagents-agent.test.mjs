@@ -1,29 +1,20 @@
 // Real createDeepAgent agents, driven by a scripted chat model (no network),
 // whose tools run in moat sandboxes through MoatBackend. Effects are checked
 // through moat's /v1 API (d.v1) and on the host.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import path from 'node:path'
-import { Daemon, tag, withTimeout } from '../../../tests/node/daemon.mjs'
+import { tag, withTimeout } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir, clientOpts } from './daemon-fixture.mjs'
 import { createDeepAgent } from 'deepagents'
 import { MoatSandbox } from '../src/client.js'
 import { MoatBackend } from '../src/deepagents.js'
 import { ScriptedChatModel, toolResults, text } from './deepagents-fake-model.mjs'
 
-let d
-let opts
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  opts = { baseUrl: d.url, token: d.token }
-  hostDir = fs.mkdtempSync('/tmp/moat-deep-agent-host-')
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-deep-agent-host-')
+const opts = clientOpts(d)
 
 const file = async (id, p) => {
   const r = await d.v1('GET', `/v1/sandboxes/${id}/files?path=${encodeURIComponent(p)}`)

@@ -1,27 +1,18 @@
 // MoatBackend's own operations against a real daemon: every effect is checked
 // through moat's /v1 API (d.v1) or on the host, not only through the backend.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
 import fs from 'node:fs'
 import path from 'node:path'
-import { Daemon, rejection, tag } from '../../../tests/node/daemon.mjs'
+import { rejection, tag } from '../../../tests/node/daemon.mjs'
+import { useDaemon, useHostDir, clientOpts } from './daemon-fixture.mjs'
 import { BaseSandbox, isSandboxBackend, isSandboxProtocol } from 'deepagents'
 import { MoatSandbox, MoatError } from '../src/client.js'
 import { MoatBackend, globRegExp } from '../src/deepagents.js'
 
-let d
-let opts
-let hostDir
-before(async () => {
-  d = new Daemon()
-  await d.start()
-  opts = { baseUrl: d.url, token: d.token }
-  hostDir = fs.mkdtempSync('/tmp/moat-deep-host-')
-})
-after(async () => {
-  await d?.stop()
-  if (hostDir) fs.rmSync(hostDir, { recursive: true, force: true })
-})
+const d = useDaemon()
+const hostDir = useHostDir('moat-deep-host-')
+const opts = clientOpts(d)
 
 async function backend(o = {}) {
   return new MoatBackend(await MoatSandbox.create(opts), o)

@@ -9,25 +9,13 @@ import json
 import os
 import tempfile
 import time
-import urllib.error
 import urllib.request
 
 import pytest
 
 from moat import (Client, Conflict, ExecuteResponse, FileDownloadResponse,
                   FileUploadResponse, MoatError, NotFound, Sandbox)
-
-
-def api(url, method, path, body=None, token=None):
-    """moat's /v1 API, without the client: (status, bytes)."""
-    req = urllib.request.Request(url + path, data=body, method=method)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+from v1api import api
 
 
 def file_of(url, sid, path, token=None):

@@ -9,8 +9,6 @@ import socket
 import struct
 import tarfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 import zlib
 
@@ -21,6 +19,7 @@ from moat import (Client, Conflict, ExecResult, FileInfo, Forbidden,
                   MoatConnectionError, MoatError, NotFound, PatchFailed,
                   Process, Sandbox, TooLarge, Unauthorized,
                   UnsupportedMediaType)
+from v1api import api
 
 
 def png(width: int, height: int) -> bytes:
@@ -57,14 +56,7 @@ def tar_of(files: dict, gz: bool = False) -> bytes:
 
 
 def raw_get(url: str, path: str, token: str | None = None):
-    req = urllib.request.Request(url + path)
-    if token:
-        req.add_header("Authorization", "Bearer " + token)
-    try:
-        with urllib.request.urlopen(req, timeout=30) as r:
-            return r.status, r.read()
-    except urllib.error.HTTPError as e:
-        return e.code, e.read()
+    return api(url, "GET", path, token=token)
 
 
 def closed_port() -> int:

@@ -388,10 +388,17 @@ static void on_done(void *arg, json_t *res, const char *data, size_t len,
 	case MCP_OP_IMAGE: {
 		const char *mime = json_string_value(json_object_get(res, "mime"));
 		json_t *d = json_object_get(res, "data");
-		r = mime && json_is_string(d)
+		/* the bytes once, as image content: structuredContent is /v1's
+		 * answer without "data", or a host that shows structured results
+		 * would give the model the base64 as text, twice the size */
+		json_t *meta = json_is_object(res) ? json_deep_copy(res) : NULL;
+		if (meta)
+			json_object_del(meta, "data");
+		r = mime && json_is_string(d) && meta
 			    ? json_pack("{s:[{s:s,s:O,s:s}],s:O}", "content", "type", "image", "data",
-					d, "mimeType", mime, "structuredContent", res)
+					d, "mimeType", mime, "structuredContent", meta)
 			    : mcp_tool_error("%s: the image answer has no data", c->t->name);
+		json_decref(meta);
 		break;
 	}
 	default:

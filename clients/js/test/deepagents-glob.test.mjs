@@ -2,20 +2,13 @@
 // against a long name) must not block the SDK host's event loop. With the
 // RegExp compilation it had, `*a*a*a*a*a*a*b` against a 70-letter name took
 // about 20 s of synchronous CPU; the matcher is linear now.
-import { test, before, after } from 'node:test'
+import { test } from 'node:test'
 import assert from 'node:assert/strict'
-import { Daemon } from '../../../tests/node/daemon.mjs'
+import { useDaemon } from '../../../tests/node/daemon.mjs'
 import { MoatSandbox } from '../src/client.js'
 import { MoatBackend, globRegExp } from '../src/deepagents.js'
 
-let d
-before(async () => {
-  d = new Daemon()
-  await d.start()
-})
-after(async () => {
-  await d?.stop()
-})
+const d = useDaemon()
 
 test('a backtracking glob pattern answers at once, and ordinary ones still match', async () => {
   const b = new MoatBackend(await MoatSandbox.create({ baseUrl: d.url, token: d.token }), { owned: true })

@@ -6,23 +6,16 @@ import assert from 'node:assert/strict'
 import crypto from 'node:crypto'
 import fs from 'node:fs'
 import path from 'node:path'
-import { after, before, test } from 'node:test'
+import { test } from 'node:test'
 import { setTracingDisabled } from '@openai/agents'
 import { ScriptedModel, functionCall, assistantMessage } from '@openai/agents/testing'
 import { MoatSandboxClient } from 'moat-sandbox'
-import { Daemon } from '../../../tests/node/daemon.mjs'
+import { useDaemon } from '../../../tests/node/daemon.mjs'
 import { REPO, fixRepo } from '../agent.mjs'
 
 setTracingDisabled(true)
 
-let d
-before(async () => {
-  d = new Daemon()
-  await d.start()
-})
-after(async () => {
-  await d?.stop()
-})
+const d = useDaemon()
 
 const treeHash = (dir) => {
   const h = crypto.createHash('sha256')

@@ -53,13 +53,9 @@ def test_mcp_review_sse_cancel(srv, mcp, box):
     assert wait_until(lambda: not pids_with(marker), timeout=10), pids_with(marker)
     assert mcp.rpc("ping")["result"] == {}
 
-def test_mcp_review_sse_session_delete(srv, box):
-    m = Mcp(srv)
-    marker = sleep_marker()
-    s = raw_sse_exec(srv, m, box, f"echo hi; sleep {marker}")
-    assert sleep_started(marker)
-    assert m.delete().status == 204
-    s.settimeout(10)
+def read_rest(s, timeout=10):
+    """What a raw SSE answer still sends until its last chunk (or timeout); closes s."""
+    s.settimeout(timeout)
     rest = b""
     try:
         while not rest.endswith(b"0\r\n\r\n"):
@@ -70,6 +66,16 @@ def test_mcp_review_sse_session_delete(srv, box):
     except socket.timeout:
         pass
     s.close()
+    return rest
+
+
+def test_mcp_review_sse_session_delete(srv, box):
+    m = Mcp(srv)
+    marker = sleep_marker()
+    s = raw_sse_exec(srv, m, box, f"echo hi; sleep {marker}")
+    assert sleep_started(marker)
+    assert m.delete().status == 204
+    rest = read_rest(s)
     assert b"ended" in rest, rest
     assert wait_until(lambda: not pids_with(marker), timeout=10)
 
@@ -106,17 +112,7 @@ def test_mcp_review_sandbox_delete_mid_sse(srv, mcp, box):
     marker = sleep_marker()
     s = raw_sse_exec(srv, mcp, box, f"echo hi; sleep {marker}")
     other.ok("sandbox_delete", {"id": box})
-    s.settimeout(10)
-    rest = b""
-    try:
-        while not rest.endswith(b"0\r\n\r\n"):
-            c = s.recv(65536)
-            if not c:
-                break
-            rest += c
-    except socket.timeout:
-        pass
-    s.close()
+    rest = read_rest(s)
     assert b'"isError":true' in rest and b'"id":777' in rest, rest
     assert wait_until(lambda: not pids_with(marker), timeout=10)
     assert mcp.rpc("ping")["result"] == {}

@@ -49,9 +49,9 @@ $(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefi
 $(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $$(LIBS) $$(GATE_LIBS)
-$(1)/moat-client: $(CLIENT_SRC) src/base/err.c $(HDRS) Makefile
+$(1)/moat-client: $(CLIENT_SRC) src/base/err.c src/base/term.c $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c $$(LIBS) $$(CLIENT_LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c src/base/term.c $$(LIBS) $$(CLIENT_LIBS)
 endef
 # moat itself is a static PIE: no dynamic loader, no relocation of shared
 # objects per run (about a tenth of `moat run`'s start-up on this VM, where

@@ -3,6 +3,8 @@
 #ifndef MOAT_PROBE_H
 #define MOAT_PROBE_H
 
+#include <moat/err.h>
+
 #include <stdbool.h>
 
 struct moat_probe {
@@ -21,5 +23,15 @@ void moat_probe_run(struct moat_probe *p);
 
 /* Landlock ABI version (0 when not available; *err gets the errno). */
 int moat_probe_landlock_abi(int *err);
+
+/* Resource limits (src/jail/cgcheck.c): the bits of moat_limits_check. */
+enum { MOAT_LIMIT_MEMORY = 1, MOAT_LIMIT_PIDS = 2, MOAT_LIMIT_CPU = 4 };
+/* The controller of one bit: "memory", "pids" or "cpu". */
+const char *moat_limit_controller(unsigned bit);
+/* Can this process enforce the limits in mask: may it make, for each, a
+ * cgroup below its own (the only place moat makes one)? Returns 0, or -1
+ * with *failed = the first bit that cannot and e = why and the fix (which
+ * names a command or option that exists). Reads only: nothing is made. */
+int moat_limits_check(unsigned mask, unsigned *failed, struct moat_err *e);
 
 #endif

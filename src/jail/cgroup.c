@@ -6,6 +6,8 @@
 #define _GNU_SOURCE
 #include "internal.h"
 
+#include <moat/probe.h>
+
 #include "../base/cleanup.h"
 #include "../base/util.h"
 
@@ -33,41 +35,6 @@ struct jail_cgroup {
 	const struct cg_ops *ops;
 	char *dir[CG_N]; /* v1: one per controller used; v2: dir[0] only */
 };
-
-/* The cgroup path of this process for a v1 controller, or for v2 when
- * controller is NULL ("0::/path"). */
-static int own_cgroup(const char *controller, char *out, size_t cap, struct moat_err *e)
-{
-	_cleanup_fclose_ FILE *f = fopen("/proc/self/cgroup", "re");
-	if (!f)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "/proc/self/cgroup");
-	char line[1024];
-	while (fgets(line, sizeof line, f)) {
-		line[strcspn(line, "\n")] = '\0';
-		char *c1 = strchr(line, ':');
-		char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
-		if (!c2)
-			continue;
-		*c2 = '\0';
-		const char *ctrls = c1 + 1;
-		bool match = false;
-		if (!controller) {
-			match = strncmp(line, "0:", 2) == 0 && *ctrls == '\0';
-		} else {
-			_cleanup_free_ char *dup = strdup(ctrls);
-			char *save = NULL;
-			for (char *t = strtok_r(dup, ",", &save); t; t = strtok_r(NULL, ",", &save))
-				if (strcmp(t, controller) == 0)
-					match = true;
-		}
-		if (match) {
-			snprintf(out, cap, "%s", c2 + 1);
-			return 0;
-		}
-	}
-	return moat_err_set(e, MOAT_E_SYSTEM, ENOENT, "cgroup %s: not in /proc/self/cgroup",
-			    controller ? controller : "v2");
-}
 
 static void unique_name(char *buf, size_t cap)
 {
@@ -151,7 +118,7 @@ static int v1_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 		if (!want[i])
 			continue;
 		char own[PATH_MAX];
-		if (own_cgroup(cg_names[i], own, sizeof own, e) < 0)
+		if (jail_own_cgroup(cg_names[i], own, sizeof own, e) < 0)
 			return -1;
 		_cleanup_free_ char *mnt = moat_strdupf("/sys/fs/cgroup/%s", cg_names[i]);
 		if (make_dir(mnt, own, name, &cg->dir[i], e) < 0)
@@ -196,7 +163,7 @@ static bool v1_oom(struct jail_cgroup *cg)
 static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct moat_err *e)
 {
 	char own[PATH_MAX], name[64];
-	if (own_cgroup(NULL, own, sizeof own, e) < 0)
+	if (jail_own_cgroup(NULL, own, sizeof own, e) < 0)
 		return -1;
 	unique_name(name, sizeof name);
 	/* Controllers must be enabled for our children in our own cgroup. */
@@ -262,6 +229,15 @@ int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,
 	if (!cg)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "cgroup");
 	cg->ops = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0 ? &v2_ops : &v1_ops;
+	/* first the check doctor and serve make: a refusal that says why and
+	 * how to fix it, before anything is made */
+	unsigned mask = (p->memory ? MOAT_LIMIT_MEMORY : 0) | (p->pids ? MOAT_LIMIT_PIDS : 0) |
+			(p->cpu_milli ? MOAT_LIMIT_CPU : 0), failed = 0;
+	if (moat_limits_check(mask, &failed, e) < 0) {
+		jail_cgroup_destroy(cg);
+		return moat_err_prefix(e, "%s limit: cannot be enforced",
+				       moat_limit_controller(failed));
+	}
 	if (cg->ops->create(cg, p, e) < 0) {
 		jail_cgroup_destroy(cg);
 		return moat_err_prefix(e, "resource limits");

@@ -206,6 +206,8 @@ int jail_net_prepare(struct jail_ctx *c, struct moat_err *e);
 int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e);
 int jail_net_parent(struct jail_ctx *c, struct moat_err *e);
 
+/* cgcheck.c: this process's cgroup for a v1 controller, or v2's (NULL) */
+int jail_own_cgroup(const char *controller, char *out, size_t cap, struct moat_err *e);
 /* cgroup.c */
 struct jail_cgroup;
 int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,

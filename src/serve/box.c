@@ -202,7 +202,7 @@ json_t *box_json(const struct box *b)
 			      b->running ? "running" : "stopped", "created_at", when, "workspace",
 			      WORKSPACE);
 	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata",
-			      "network", "users"};
+			      "network", "users", "degraded"};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		json_t *v = json_object_get(b->spec, keys[i]);
 		if (v)
@@ -622,6 +622,14 @@ static json_t *spec_json(const struct box_spec *s)
 		json_object_set(o, "network", s->network);
 	if (s->users)
 		json_object_set_new(o, "users", json_true());
+	if (s->degraded) { /* the limits not enforced (serve --allow-degraded) */
+		static const char *const names[] = {"limits.memory", "limits.pids", "limits.cpus"};
+		json_t *d = json_array();
+		for (unsigned i = 0; i < 3; i++)
+			if (s->degraded & (1u << i))
+				json_array_append_new(d, json_string(names[i]));
+		json_object_set_new(o, "degraded", d);
+	}
 	if (s->door && s->door_data)
 		json_object_set_new(o, "door", json_pack("{s:O}", s->door, s->door_data));
 	return o;

@@ -51,6 +51,7 @@ struct box_spec {
 	json_t *repos;      /* the repositories in it (relative paths), protected as
 			     * nested ones whatever their depth, or NULL */
 	bool users;         /* a computer with users (core_create_opts.users) */
+	unsigned degraded;  /* MOAT_LIMIT_* bits not enforced (serve --allow-degraded) */
 	const char *door;   /* door data to keep (box_door), or NULL */
 	json_t *door_data;
 };

@@ -11,6 +11,7 @@
 #include "gate/policy.h"
 #include "image.h"
 #include "jfield.h"
+#include "enforce.h"
 #include "job.h"
 #include "manifest.h"
 #include "metrics.h"
@@ -59,7 +60,7 @@ int core_status_of(const char *code)
 		 {"unauthorized", 401},    {"forbidden", 403},    {"not_found", 404},
 		 {"method_not_allowed", 405}, {"conflict", 409},  {"already_exists", 409},
 		 {"too_large", 413},       {"unsupported_media_type", 415},
-		 {"patch_failed", 422},    {"limit_reached", 429}, {"unavailable", 503},
+		 {"patch_failed", 422},    {"limit_unavailable", 422}, {"limit_reached", 429}, {"unavailable", 503},
 		 {"timeout", 504}};
 	for (size_t i = 0; code && i < sizeof t / sizeof t[0]; i++)
 		if (!strcmp(code, t[i].c))
@@ -1404,6 +1405,10 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	    !parse_limits(ce, json_object_get(body, "limits"), &s) ||
 	    !jf_int(ce, body, "timeout_s", 10LL * 365 * 86400, &s.timeout_s) ||
 	    !jf_int(ce, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s))
+		goto out;
+	/* a limit this daemon cannot enforce: refused before anything is made */
+	s.degraded = cfg->degraded;
+	if (!limits_check_create(ce, &s, cfg->allow_degraded))
 		goto out;
 	bool users = o && o->users;
 	env = json_object();

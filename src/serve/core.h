@@ -24,7 +24,7 @@ struct gate_policy;
  * (docs/API.md: invalid_request 400, invalid_path 400, is_directory 400,
  * forbidden 403, not_found 404, already_exists 409, conflict 409,
  * too_large 413, unsupported_media_type 415, patch_failed 422,
- * limit_reached 429, internal 500, timeout 504, unavailable 503). The
+ * limit_unavailable 422, limit_reached 429, internal 500, timeout 504, unavailable 503). The
  * message names the culprit. Doors map status/code onto their own shape. */
 struct core_err {
 	int status;
@@ -43,6 +43,8 @@ struct core_config {
 	json_t *secrets;         /* the secret store: NAME -> value */
 	const int64_t *quotas;   /* the operator's ceilings (MOAT_QUOTAS of them) */
 	uint64_t default_memory, default_pids, default_cpu_milli;
+	bool allow_degraded;     /* --allow-degraded: run without a limit not enforceable */
+	unsigned degraded;       /* the defaults dropped at start (MOAT_LIMIT_* bits) */
 	char *const *templates;  /* --template NAME=ROOTFS_DIR, NULL-terminated */
 };
 void core_init(const struct core_config *c);

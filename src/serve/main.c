@@ -6,6 +6,7 @@
 #include "box.h"
 #include "clone.h"
 #include "core.h"
+#include "enforce.h"
 #include "http.h"
 #include "job.h"
 #include "mcp.h"
@@ -50,7 +51,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
 	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
-	      "                  [--memory SIZE] [--pids N] [--cpus N]\n"
+	      "                  [--memory SIZE] [--pids N] [--cpus N] [--allow-degraded]\n"
 	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N] [--pool-users N]\n"
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
@@ -61,6 +62,10 @@ static void usage(FILE *f)
 	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
 	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
+	      "A limit this daemon cannot enforce (no delegated cgroup: moat doctor) fails\n"
+	      "the start, and a create asking for one gets 422 limit_unavailable, unless\n"
+	      "--allow-degraded: sandboxes then run without it (logged, and listed in the\n"
+	      "sandbox's \"degraded\").\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
 	      "--pool-users N the same for sandboxes with users (the E2B door's; default 0)\n"
 	      "(default 2; 0 disables).\n"
@@ -180,12 +185,15 @@ int main(int argc, char **argv)
 		{"mcp-sessions", required_argument, 0, 'M' + 256},
 		{"mcp-idle", required_argument, 0, 'I' + 256},
 		{"allow-origin", required_argument, 0, 'O' + 256},
+		{"allow-degraded", no_argument, 0, 'D' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0}, origins = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
+	bool allow_degraded = false;
+	unsigned degraded = 0;
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
@@ -201,6 +209,7 @@ int main(int argc, char **argv)
 		uint64_t v;
 		switch (c) {
 		case 'l': listen = optarg; break;
+		case 'D' + 256: allow_degraded = true; break;
 		case 'M' + 256:
 			if (moat_parse_uint(optarg, 100000, &mcp_sessions, &e) < 0 || !mcp_sessions)
 				return fail("--mcp-sessions: %s", e.msg[0] ? e.msg : "at least 1", "");
@@ -350,6 +359,10 @@ int main(int argc, char **argv)
 		if (quotas[i] >= 0)
 			cfg.quotas[i] = quotas[i];
 	api.quotas = cfg.quotas;
+	/* the operator's limits: enforceable, or dropped under --allow-degraded */
+	if (limits_defaults(&cfg.default_memory, &cfg.default_pids, &cfg.default_cpu_milli,
+			    allow_degraded, &degraded, &e) < 0)
+		return fail("%s%s", e.msg, "");
 	api.default_memory = cfg.default_memory;
 	api.default_pids = cfg.default_pids;
 	api.default_cpu_milli = cfg.default_cpu_milli;
@@ -432,7 +445,8 @@ int main(int argc, char **argv)
 		.max_archive = api.max_archive, .net_ceiling = cfg.net_ceiling,
 		.net_allow = net_allow.v, .secrets = secrets, .quotas = cfg.quotas,
 		.default_memory = cfg.default_memory, .default_pids = cfg.default_pids,
-		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v};
+		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v,
+		.allow_degraded = allow_degraded, .degraded = degraded};
 	core_init(&core);
 	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");

@@ -54,6 +54,31 @@ int jail_own_cgroup(const char *controller, char *out, size_t cap, struct moat_e
 			    controller ? controller : "v2");
 }
 
+int jail_v2_base(char *out, size_t cap, struct moat_err *e)
+{
+	if (jail_own_cgroup(NULL, out, cap, e) < 0)
+		return -1;
+	char self[64];
+	snprintf(self, sizeof self, "/moat-%d-self", (int)getpid());
+	size_t n = strlen(out), k = strlen(self);
+	if (n > k && !strcmp(out + n - k, self))
+		out[n - k] = '\0';
+	if (!out[0])
+		snprintf(out, cap, "/");
+	return 0;
+}
+
+bool jail_v2_only_self(const char *dir)
+{
+	_cleanup_free_ char *p = moat_strdupf("%s/cgroup.procs", dir);
+	char buf[256];
+	if (moat_read_file(p, buf, sizeof buf, NULL) < 0)
+		return false;
+	char *end;
+	long pid = strtol(buf, &end, 10);
+	return pid == (long)getpid() && (*end == '\0' || (*end == '\n' && end[1] == '\0'));
+}
+
 const char *moat_limit_controller(unsigned bit)
 {
 	return bit == MOAT_LIMIT_MEMORY ? "memory" : bit == MOAT_LIMIT_PIDS ? "pids" : "cpu";
@@ -126,7 +151,7 @@ static int check_v1(const char *ctl, struct moat_err *e)
 static int check_v2(const char *ctl, struct moat_err *e)
 {
 	char own[PATH_MAX];
-	if (jail_own_cgroup(NULL, own, sizeof own, e) < 0)
+	if (jail_v2_base(own, sizeof own, e) < 0)
 		return -1;
 	_cleanup_free_ char *dir = moat_strdupf("/sys/fs/cgroup%s", strcmp(own, "/") ? own : "");
 	if (!listed(dir, "cgroup.controllers", ctl))
@@ -137,16 +162,18 @@ static int check_v2(const char *ctl, struct moat_err *e)
 	    !writable(dir, "cgroup.procs"))
 		return not_ours(own, ctl, dir, 2, e);
 	/* cgroup v2's "no internal processes" rule: a cgroup holding
-	 * processes (moat's own) cannot enable a controller for children */
+	 * processes cannot enable a controller for children. moat alone in
+	 * it moves itself into a leaf below (cgroup.c); others it leaves. */
 	char procs[64];
 	_cleanup_free_ char *pp = moat_strdupf("%s/cgroup.procs", dir);
 	if (strcmp(own, "/") && !listed(dir, "cgroup.subtree_control", ctl) &&
-	    moat_read_file(pp, procs, sizeof procs, NULL) == 0 && procs[0])
+	    moat_read_file(pp, procs, sizeof procs, NULL) == 0 && procs[0] &&
+	    !jail_v2_only_self(dir))
 		return moat_err_set(e, MOAT_E_SYSTEM, EBUSY,
-				    "cgroup %s holds processes (moat's own), so the %s controller "
-				    "cannot be enabled for cgroups below it; run moat in a "
-				    "delegated cgroup whose subtree_control already enables it "
-				    "(docs/policy.md)", own, ctl);
+				    "cgroup %s holds other processes than moat, so the %s "
+				    "controller cannot be enabled for cgroups below it; start moat "
+				    "alone in a delegated cgroup (systemd-run --user --scope -p "
+				    "Delegate=yes moat ...; docs/policy.md)", own, ctl);
 	return 0;
 }
 

@@ -163,7 +163,7 @@ static bool v1_oom(struct jail_cgroup *cg)
 static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct moat_err *e)
 {
 	char own[PATH_MAX], name[64];
-	if (jail_own_cgroup(NULL, own, sizeof own, e) < 0)
+	if (jail_v2_base(own, sizeof own, e) < 0)
 		return -1;
 	unique_name(name, sizeof name);
 	/* Controllers must be enabled for our children in our own cgroup. */
@@ -175,14 +175,31 @@ static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 		strcat(ctl, "+pids ");
 	if (p->cpu_milli)
 		strcat(ctl, "+cpu ");
-	if (set_value(ownd, "cgroup.subtree_control", ctl, e) < 0) {
-		/* cgroup v2's "no internal processes" rule: a cgroup that holds
-		 * processes (a login session) cannot delegate controllers. */
+	int rc = set_value(ownd, "cgroup.subtree_control", ctl, e);
+	if (rc < 0 && e->errnum == EBUSY && jail_v2_only_self(ownd)) {
+		/* cgroup v2's "no internal processes" rule: moat alone in a
+		 * delegated cgroup (systemd-run --scope -p Delegate=yes) moves
+		 * itself into a leaf below it, staying in its own subtree; its
+		 * sandboxes' cgroups are the leaf's siblings. The leaf goes with
+		 * sweep_stale once moat has ended. */
+		_cleanup_free_ char *leaf = moat_strdupf("%s/moat-%d-self", ownd, (int)getpid());
+		char pid[32];
+		snprintf(pid, sizeof pid, "%d", (int)getpid());
+		*e = (struct moat_err){0};
+		if ((mkdir(leaf, 0755) < 0 && errno != EEXIST) ||
+		    set_value(leaf, "cgroup.procs", pid, e) < 0)
+			return e->kind ? moat_err_prefix(e, "move moat into %s", leaf)
+				       : moat_err_set(e, MOAT_E_SYSTEM, errno, "cgroup %s", leaf);
+		rc = set_value(ownd, "cgroup.subtree_control", ctl, e);
+	}
+	if (rc < 0) {
+		/* a cgroup that holds other processes (a login session) cannot
+		 * delegate controllers */
 		if (e->errnum == EBUSY)
 			return moat_err_set(e, MOAT_E_SYSTEM, EBUSY,
 					    "cannot enable controllers below %s, which holds "
-					    "processes; run moat in a cgroup of its own, e.g. "
-					    "systemd-run --user --scope -p Delegate=yes moat run ...",
+					    "other processes; start moat alone in a delegated cgroup, "
+					    "e.g. systemd-run --user --scope -p Delegate=yes moat run ...",
 					    ownd);
 		return moat_err_prefix(e, "enable controllers in %s", ownd);
 	}

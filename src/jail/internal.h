@@ -208,6 +208,11 @@ int jail_net_parent(struct jail_ctx *c, struct moat_err *e);
 
 /* cgcheck.c: this process's cgroup for a v1 controller, or v2's (NULL) */
 int jail_own_cgroup(const char *controller, char *out, size_t cap, struct moat_err *e);
+/* v2: the cgroup moat makes its cgroups in: its own, or the parent of the
+ * leaf moat-<pid>-self it moved itself into (cgroup.c v2_create). */
+int jail_v2_base(char *out, size_t cap, struct moat_err *e);
+/* v2: is this process the only one in cgroup directory dir? */
+bool jail_v2_only_self(const char *dir);
 /* cgroup.c */
 struct jail_cgroup;
 int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,

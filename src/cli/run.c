@@ -88,7 +88,7 @@ static void usage(FILE *f)
 	      "      --policy FILE       native JSON policy (docs/policy.md)\n"
 	      "      --srt-settings FILE sandbox-runtime (srt) settings file\n"
 	      "      --mode MODE         read-only | workspace-write | danger-full-access\n"
-	      "      --allow-degraded    run even if a protection layer is unavailable\n"
+	      "      --allow-degraded    run even if a protection layer or a limit is unavailable\n"
 	      "      --users             users mode: a computer with root (0) and user (1000),\n"
 	      "                          the command runs as user in /home/user's world; run\n"
 	      "                          as root, system directories are private copy-on-write\n"

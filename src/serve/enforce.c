@@ -47,8 +47,9 @@ bool limits_check_create(struct core_err *ce, struct box_spec *s, bool allow_deg
 		if (!allow_degraded) {
 			cerr(ce, 422, "limit_unavailable",
 			     "limits.%s: this daemon cannot enforce it: %s; create without "
-			     "limits.%s, or the operator fixes that or starts moat serve with "
-			     "--allow-degraded", field(bit), e.msg, field(bit));
+			     "limits.%s (moat create: without --%s), or the operator fixes that "
+			     "or starts moat serve with --allow-degraded", field(bit), e.msg,
+			     field(bit), field(bit));
 			return false;
 		}
 		fprintf(stderr, "moat serve: warning: limits.%s of a create: not enforced "

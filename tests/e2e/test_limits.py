@@ -149,6 +149,21 @@ def test_serve_create_limit_unavailable_is_422(plain_daemon, limits, field):
 
 
 @needs_user
+def test_client_create_limit_unavailable(plain_daemon):
+    if os.access(cg_dir("memory", own_cgroup("memory")), os.W_OK):
+        pytest.skip("this user has a delegated cgroup")
+    d = plain_daemon
+    env = {k: v for k, v in os.environ.items() if k != "MOAT_API_TOKEN"}
+    env["MOAT_URL"] = f"http://127.0.0.1:{d.port}"
+    r = subprocess.run([MOAT, "create", "--pids", "50"], capture_output=True, text=True,
+                       timeout=60, env=env)
+    assert r.returncode != 0 and r.stdout == "", (r.stdout, r.stderr)
+    assert "limits.pids: this daemon cannot enforce it" in r.stderr, r.stderr
+    assert "without --pids" in r.stderr and "HTTP 422" in r.stderr, r.stderr
+    assert d.get("/v1/sandboxes").json()["sandboxes"] == []
+
+
+@needs_user
 def test_serve_mcp_create_reports_degraded_default():
     """The MCP door's sandbox_create (which takes no limits) gets the
     operator's: under --allow-degraded one not enforced is reported."""

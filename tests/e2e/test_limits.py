@@ -8,18 +8,17 @@ nothing behind; moat serve --allow-degraded runs without it and says so.
 With delegation (the root pass sets it up for the unprivileged user, as
 root would on cgroup v1: a child cgroup per controller, chowned): the
 user's moat makes its cgroups below it and the limits hold for real."""
-import json
 import os
 import pwd
 import shutil
+import signal
 import subprocess
-import uuid
 
 import pytest
 
 from conftest import IS_ROOT, MOAT, PY, SH, uid_tag, wait_until
 from test_mcp import Mcp
-from test_serve import Daemon
+from test_serve import Daemon, free_port, request
 
 needs_root = pytest.mark.skipif(not IS_ROOT, reason="root sets up the delegation")
 needs_user = pytest.mark.skipif(IS_ROOT, reason="only meaningful for an unprivileged caller")
@@ -251,15 +250,15 @@ def delegated():
             wait_until(lambda d=d: _try_rmdir(d), timeout=10)
 
 
-def _kill_members(d):
-    """After a failed test: the test's own processes still in d."""
+def _kill_members(d, sig=9):
+    """The test's own processes still in d (after a failed test: SIGKILL)."""
     try:
         pids = [int(x) for x in open(os.path.join(d, "cgroup.procs")).read().split()]
     except OSError:
         return
     for pid in pids:
         try:
-            os.kill(pid, 9)
+            os.kill(pid, sig)
         except OSError:
             pass
 
@@ -385,3 +384,57 @@ def test_root_limits_below_its_own_child_cgroup():
         for d in dirs.values():
             wait_until(lambda d=d: _try_rmdir(d), timeout=10)
         shutil.rmtree(ws, ignore_errors=True)
+
+
+@needs_root
+def test_delegated_user_serve_limits(delegated):
+    """The user's moat serve started in the delegated cgroups: a create with
+    limits is 201, its cgroups are below the delegated ones with the values
+    asked, and go with the sandbox."""
+    u, dirs = delegated
+    data = user_ws(u)
+    port = free_port()
+    enter = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in dirs.values())
+    log = open(os.path.join(data, "..", os.path.basename(data) + ".log"), "wb")
+    p = subprocess.Popen(["runuser", "-u", u.pw_name, "--", "env", "-i",
+                          "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={data}", SH, "-c",
+                          f'{enter}; exec "$0" "$@"', MOAT, "serve", "--listen",
+                          f"127.0.0.1:{port}", "--data", f"{data}/d", "--pool", "0",
+                          "--pids", "300"],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    log.close()
+
+    def up():
+        try:
+            return request(port, "GET", "/healthz", timeout=2).status == 200
+        except OSError:
+            return False
+    try:
+        assert wait_until(lambda: up() or p.poll() is not None, timeout=30) and up(), \
+            open(log.name).read()
+        r = request(port, "POST", "/v1/sandboxes", {"limits": {"memory": "200M"}})
+        assert r.status == 201, r
+        b = r.json()
+        assert "degraded" not in b and b["limits"]["memory"] == 200 << 20, b
+        kids = {c: moat_children(d) for c, d in dirs.items() if c != "cpu"}
+        assert all(len(k) == 1 for k in kids.values()), kids
+        assert open(os.path.join(kids["memory"][0], "memory.limit_in_bytes")).read().strip() \
+            == str(200 << 20)
+        assert open(os.path.join(kids["pids"][0], "pids.max")).read().strip() == "300"
+        assert request(port, "DELETE", f"/v1/sandboxes/{b['id']}").status == 204
+        assert wait_until(lambda: not any(moat_children(d) for d in dirs.values()),
+                          timeout=15), kids
+    finally:
+        # the daemon is the only process left in the delegated cgroups
+        for d in dirs.values():
+            _kill_members(d, signal.SIGTERM)
+        try:
+            p.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+        shutil.rmtree(data, ignore_errors=True)
+        try:
+            os.unlink(log.name)
+        except OSError:
+            pass

@@ -84,8 +84,8 @@ int moat_cmd_doctor(int argc, char **argv)
 	printf("  identity           %s\n",
 	       root ? "host uid 65534 (never root); writable dirs id-mapped to their owner"
 		    : "your own uid (rootless)");
-	printf("  Landlock           %s\n", p.landlock_abi > 0 ? "yes" : "NO: runs need --allow-degraded");
-	printf("  seccomp            %s\n", p.seccomp ? "yes (deny list, EPERM)" : "NO: runs need --allow-degraded");
+	printf("  Landlock           %s\n", p.landlock_abi > 0 ? "yes" : "NO: moat run needs --allow-degraded");
+	printf("  seccomp            %s\n", p.seccomp ? "yes (deny list, EPERM)" : "NO: moat run needs --allow-degraded");
 	if (p.seccomp) {
 		/* the table the filter is generated from (seccomp_rules.h) */
 		printf("  socket families   ");

@@ -91,9 +91,9 @@ static bool listed(const char *dir, const char *name, const char *word)
 	char buf[1024];
 	if (moat_read_file(p, buf, sizeof buf, NULL) < 0)
 		return false;
-	size_t n = strlen(word);
-	for (char *s = strtok(buf, " \n"); s; s = strtok(NULL, " \n"))
-		if (strlen(s) == n && !strncmp(s, word, n))
+	char *save = NULL;
+	for (char *s = strtok_r(buf, " \n", &save); s; s = strtok_r(NULL, " \n", &save))
+		if (!strcmp(s, word))
 			return true;
 	return false;
 }

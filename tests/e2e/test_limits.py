@@ -395,7 +395,7 @@ def test_delegated_user_serve_limits(delegated):
     data = user_ws(u)
     port = free_port()
     enter = "; ".join(f"echo $$ > {d}/cgroup.procs" for d in dirs.values())
-    log = open(os.path.join(data, "..", os.path.basename(data) + ".log"), "wb")
+    log = open(data + ".log", "wb")  # beside the data: the user cannot write it
     p = subprocess.Popen(["runuser", "-u", u.pw_name, "--", "env", "-i",
                           "PATH=/usr/local/bin:/usr/bin:/bin", f"HOME={data}", SH, "-c",
                           f'{enter}; exec "$0" "$@"', MOAT, "serve", "--listen",

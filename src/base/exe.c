@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
@@ -21,7 +22,11 @@ int moat_exe_find(const char *name, char *out, size_t cap, struct moat_err *e)
 	if (!slash)
 		return moat_err_set(e, MOAT_E_SYSTEM, 0, "/proc/self/exe: %s: not a path", self);
 	*slash = '\0';
-	static const char *const rel[] = {"", "/../libexec/moat", "/../../bin"};
+	/* beside us; then moat in bin looks in ../libexec/moat, and a helper
+	 * in libexec/moat looks in ../../bin */
+	size_t sl = strlen(self);
+	bool in_libexec = sl >= 13 && !strcmp(self + sl - 13, "/libexec/moat");
+	const char *const rel[] = {"", in_libexec ? "/../../bin" : "/../libexec/moat"};
 	char tried[MOAT_ERR_MSG / 2] = "";
 	for (size_t i = 0; i < sizeof rel / sizeof rel[0]; i++) {
 		char path[PATH_MAX];

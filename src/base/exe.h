@@ -10,10 +10,9 @@
 #include <stddef.h>
 
 /* The path of moat's binary `name` (e.g. "moat-client", "moat"), found
- * from /proc/self/exe's directory D as the first executable of
- * D/name, D/../libexec/moat/name (moat in bin finding a helper) and
- * D/../../bin/name (a helper in libexec/moat finding moat), paths
- * normalised. Fills out (cap bytes) and returns 0; when none is there,
+ * from /proc/self/exe's directory D: D/name if executable, else
+ * D/../libexec/moat/name (moat in bin finding a helper), or, when D is a
+ * .../libexec/moat, D/../../bin/name (a helper finding moat); normalised. Fills out (cap bytes) and returns 0; when none is there,
  * -1 with an error listing every place it looked. */
 int moat_exe_find(const char *name, char *out, size_t cap, struct moat_err *e);
 

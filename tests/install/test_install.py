@@ -1,0 +1,363 @@
+"""`make install` and `make uninstall` into a temporary DESTDIR, and the
+installed binaries run from there: moat finds its helpers in
+PREFIX/libexec/moat (and moat serve finds the agent, moat the gateway);
+the man pages render and name every option their --help lists; bash and
+zsh completion complete every option; the systemd unit's ExecStart starts
+the installed daemon with its StateDirectory as data directory; uninstall
+leaves no file behind.
+
+Run by tests/install/run.sh (`make install-check`, part of `make check`),
+as root; what depends on the user also runs as the unprivileged moate2e.
+"""
+import json
+import os
+import pwd
+import re
+import shlex
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+BUILD = os.environ.get("BUILD", "build")
+PREFIX = "/usr/local"
+IS_ROOT = os.geteuid() == 0
+USER = "moate2e"
+TIMEOUT = 120
+# The files `make install` puts under DESTDIR/PREFIX, and only those.
+INSTALLED = {
+    "bin/moat",
+    "libexec/moat/moat-serve", "libexec/moat/moat-client",
+    "libexec/moat/moat-agent", "libexec/moat/moat-gate",
+    "share/man/man1/moat.1", "share/man/man1/moat-run.1",
+    "share/man/man8/moat-serve.8", "share/man/man5/moat-policy.5",
+    "share/bash-completion/completions/moat", "share/zsh/site-functions/_moat",
+    "lib/systemd/system/moat.service",
+}
+# --xyz a --help names that belongs to another command (not completed for
+# this one): token's help says where serve reads the token from, run's
+# that serve passes its own --net-allow.
+MENTIONS = {"token": {"--token-file"}, "run": {"--net-allow"}}
+
+
+def sh(*cmd, check=True, **kw):
+    kw.setdefault("timeout", TIMEOUT)
+    r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL, **kw)
+    if check:
+        assert r.returncode == 0, f"{shlex.join(map(str, cmd))}: exit {r.returncode}\n{r.stdout}\n{r.stderr}"
+    return r
+
+
+def make(*args):
+    return sh("make", "-s", "--no-print-directory", f"BUILD={BUILD}", *args, cwd=ROOT,
+              timeout=600)
+
+
+@pytest.fixture(scope="module")
+def inst():
+    """DESTDIR with moat installed; world-readable, for the unprivileged user."""
+    top = Path(tempfile.mkdtemp(prefix="moat-install-"))
+    top.chmod(0o755)
+    dest = top / "dest"
+    make("install", f"PREFIX={PREFIX}", f"DESTDIR={dest}")
+    yield {"top": top, "dest": dest, "prefix": dest / PREFIX.lstrip("/")}
+    shutil.rmtree(top, ignore_errors=True)
+
+
+def moat(inst):
+    return str(inst["prefix"] / "bin" / "moat")
+
+
+def tree(d):
+    return sorted(str(p.relative_to(d)) for p in Path(d).rglob("*") if not p.is_dir())
+
+
+def help_of(inst, *cmd):
+    return sh(moat(inst), *cmd, "--help").stdout
+
+
+def options(text):
+    return set(re.findall(r"(?<![\w-])--[a-z][a-z0-9-]*", text))
+
+
+def commands(inst):
+    """The commands of `moat --help` (the completion's first words)."""
+    text = help_of(inst)
+    block = text.split("commands:\n", 1)[1].split("\n\n", 1)[0]
+    out = []
+    for line in block.splitlines():
+        for alt in re.split(r"\s{3,}", line.strip())[0].split(" | "):
+            out.append(alt.split()[0])
+    return out
+
+
+def as_user(cmd, home, env=None):
+    e = {"PATH": "/usr/bin:/bin", "HOME": str(home), **(env or {})}
+    return ["runuser", "-u", USER, "--", "env", "-i",
+            *[f"{k}={v}" for k, v in e.items()], *cmd]
+
+
+# ---- the installed files ---------------------------------------------------
+
+def test_install_puts_each_file_in_its_place(inst):
+    assert set(tree(inst["prefix"])) == INSTALLED
+    assert tree(inst["dest"]) == sorted(f"{PREFIX.lstrip('/')}/{f}" for f in INSTALLED)
+    for f in ("bin/moat", "libexec/moat/moat-serve", "libexec/moat/moat-agent"):
+        assert os.access(inst["prefix"] / f, os.X_OK), f
+
+
+# ---- the installed binaries run -------------------------------------------
+
+def test_installed_moat_runs_a_command(inst, tmp_path):
+    r = sh(moat(inst), "run", "-w", str(tmp_path), "--", "sh", "-c", "echo ran")
+    assert r.stdout == "ran\n"
+    # the gateway (libexec/moat/moat-gate) starts too
+    r = sh(moat(inst), "run", "-w", str(tmp_path), "--allow-domain", "example.com",
+           "--", "sh", "-c", "echo $HTTPS_PROXY")
+    assert r.stdout.strip(), r
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to switch to the test user")
+def test_installed_moat_runs_a_command_as_a_user(inst):
+    home = inst["top"] / "uhome"
+    home.mkdir(exist_ok=True)
+    shutil.chown(home, USER, USER)
+    r = sh(*as_user([moat(inst), "run", "-w", str(home), "--", "id", "-u"], home))
+    assert r.stdout.strip() == str(pwd.getpwnam(USER).pw_uid)
+
+
+def test_installed_doctor(inst):
+    r = sh(moat(inst), "doctor", check=False)
+    assert "isolation layers" in r.stdout and "cannot find" not in r.stderr, r
+
+
+def test_moat_alone_says_where_it_looked(inst, tmp_path):
+    """Only moat copied elsewhere: the error names the places it tried."""
+    lone = tmp_path / "bin" / "moat"
+    lone.parent.mkdir()
+    shutil.copy(moat(inst), lone)
+    r = sh(str(lone), "ls", check=False)
+    assert r.returncode == 125
+    assert f"cannot find moat-client: looked for {lone.parent}/moat-client, " \
+           f"{tmp_path}/libexec/moat/moat-client" in r.stderr, r.stderr
+    r = sh(str(lone), "run", "-w", str(tmp_path), "--allow-domain", "example.com", "--",
+           "true", check=False)
+    assert r.returncode == 125 and "cannot find moat-gate" in r.stderr, r.stderr
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def healthy(port):
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5):
+            return True
+    except OSError:
+        return False
+
+
+def wait_for(cond, what, proc, timeout=60):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if cond():
+            return
+        assert proc.poll() is None, f"{what}: the daemon exited {proc.returncode}"
+        time.sleep(0.1)
+    pytest.fail(f"timed out waiting for {what}")
+
+
+def stop(proc):
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def unit_exec_start(inst):
+    unit = (inst["prefix"] / "lib/systemd/system/moat.service").read_text()
+    line = next(l for l in unit.splitlines() if l.startswith("ExecStart="))
+    return shlex.split(line[len("ExecStart="):])
+
+
+def test_the_units_exec_start_serves_from_its_state_directory(inst):
+    """What systemd would run: ExecStart (the installed path, with no
+    arguments from /etc/default/moat), with NoNewPrivileges and
+    $STATE_DIRECTORY as the unit sets them; then create, exec and rm
+    through the installed client."""
+    argv = unit_exec_start(inst)
+    assert argv[:2] == [f"{PREFIX}/bin/moat", "serve"] and argv[2:] == ["$MOAT_SERVE_ARGS"]
+    state = inst["top"] / "state"
+    state.mkdir()
+    port = free_port()
+    log = open(inst["top"] / "serve.log", "w+")
+    env = {**os.environ, "STATE_DIRECTORY": str(state)}
+    p = subprocess.Popen(["setpriv", "--no-new-privs", moat(inst), "serve",
+                          "--listen", f"127.0.0.1:{port}", "--pool", "0"],
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
+    try:
+        wait_for(lambda: healthy(port), "moat serve's /healthz", p)
+        assert (state / "moat.lock").exists(), list(state.iterdir())
+        cenv = {**os.environ, "MOAT_URL": f"http://127.0.0.1:{port}"}
+        sid = sh(moat(inst), "create", env=cenv).stdout.strip()
+        assert re.fullmatch(r"[a-z0-9]+", sid), sid
+        r = sh(moat(inst), "exec", sid, "--", "sh", "-c", "echo hi > a.txt; cat a.txt", env=cenv)
+        assert r.stdout == "hi\n"
+        listed = json.loads(sh(moat(inst), "ls", "--json", env=cenv).stdout)
+        assert sid in json.dumps(listed)
+        sh(moat(inst), "rm", sid, env=cenv)
+    finally:
+        stop(p)
+        log.seek(0)
+        print(log.read())
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="needs root to switch to the test user")
+def test_a_users_default_data_dir_is_under_xdg_state(inst):
+    """A normal user's daemon, without --data: ~/.local/state/moat."""
+    home = inst["top"] / "dhome"
+    home.mkdir()
+    shutil.chown(home, USER, USER)
+    port = free_port()
+    log = open(inst["top"] / "userserve.log", "w+")
+    p = subprocess.Popen(as_user([moat(inst), "serve", "--listen", f"127.0.0.1:{port}",
+                                  "--pool", "0"], home),
+                         stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: healthy(port), "the user's moat serve", p)
+        data = home / ".local/state/moat"
+        assert (data / "moat.lock").exists()
+        assert os.stat(data).st_uid == pwd.getpwnam(USER).pw_uid
+        assert (os.stat(data).st_mode & 0o777) == 0o700
+    finally:
+        stop(p)
+        log.seek(0)
+        print(log.read())
+
+
+# ---- man pages --------------------------------------------------------------
+
+def render(page):
+    r = sh("man", "-l", str(page), env={**os.environ, "MANWIDTH": "200", "MAN_KEEP_FORMATTING": ""})
+    # one spelling of a hyphen, whatever groff chose
+    return re.sub("[\u2010\u2011\u2212]", "-", r.stdout)
+
+
+@pytest.mark.parametrize("page", ["man1/moat.1", "man1/moat-run.1", "man8/moat-serve.8",
+                                  "man5/moat-policy.5"])
+def test_man_page_renders_and_lints(inst, page):
+    path = inst["prefix"] / "share/man" / page
+    text = render(path)
+    name = Path(page).stem
+    assert re.search(rf"^NAME\n\s+{re.escape(name)} - ", text, re.M), text[:400]
+    if shutil.which("mandoc"):
+        sh("mandoc", "-T", "lint", "-W", "error", str(path))
+
+
+def test_moat_1_has_every_option_of_every_help(inst):
+    text = render(inst["prefix"] / "share/man/man1/moat.1")
+    helps = [help_of(inst)] + [help_of(inst, c) for c in commands(inst)
+                               if c not in ("serve", "run", "version")
+                               and sh(moat(inst), c, "--help", check=False).returncode == 0]
+    for h in helps:
+        missing = options(h) - options(text)
+        assert not missing, f"moat(1) lacks {missing}"
+
+
+@pytest.mark.parametrize("page,cmd", [("man1/moat-run.1", "run"), ("man8/moat-serve.8", "serve")])
+def test_man_page_has_every_option_of_its_help(inst, page, cmd):
+    text = render(inst["prefix"] / "share/man" / page)
+    missing = options(help_of(inst, cmd)) - options(text)
+    assert not missing, f"{page} lacks {missing}"
+
+
+def test_moat_policy_5_is_docs_policy_md(inst):
+    text = render(inst["prefix"] / "share/man/man5/moat-policy.5")
+    md = (ROOT / "docs/policy.md").read_text()
+    for heading in re.findall(r"^##+ (.+)$", md, re.M):
+        plain = re.sub(r"[`*]", "", heading)
+        assert plain in text, f"moat-policy(5) lacks the section {plain!r}"
+    assert options(md) <= options(text), options(md) - options(text)
+
+
+# ---- completion -------------------------------------------------------------
+
+def bash_complete(inst, words):
+    """What the installed bash completion offers for the last of words."""
+    comp = inst["prefix"] / "share/bash-completion/completions/moat"
+    script = (f". {shlex.quote(str(comp))}; COMP_WORDS=({' '.join(map(shlex.quote, words))}); "
+              f"COMP_CWORD={len(words) - 1}; _moat; printf '%s\\n' \"${{COMPREPLY[@]}}\"")
+    return set(sh("bash", "-c", script).stdout.split())
+
+
+def zsh_complete(inst, words):
+    comp = inst["prefix"] / "share/zsh/site-functions/_moat"
+    script = ("compadd() { [[ $1 == -a ]] && print -l -- ${(P)2}; }; _files() { print FILES; }; "
+              f"words=({' '.join(map(shlex.quote, words))}); CURRENT={len(words)}; "
+              f"PREFIX={shlex.quote(words[-1])}; . {shlex.quote(str(comp))}")
+    return set(sh("zsh", "-f", "-c", script).stdout.split())
+
+
+SHELLS = [bash_complete] + ([zsh_complete] if shutil.which("zsh") else [])
+
+
+@pytest.mark.parametrize("complete", SHELLS, ids=lambda f: f.__name__)
+def test_completion_has_every_command_and_option(inst, complete):
+    cmds = commands(inst)
+    assert complete(inst, ["moat", ""]) >= set(cmds)
+    for c in cmds:
+        if c == "version":
+            continue
+        r = sh(moat(inst), c, "--help", check=False)
+        if r.returncode != 0:
+            continue  # (a --help that fails has nothing to complete)
+        want = options(r.stdout) - MENTIONS.get(c, set())
+        got = complete(inst, ["moat", c, "-"])
+        assert want <= got, f"moat {c}: not completed: {want - got}"
+    # after "--", the sandboxed command's words are not moat's options
+    assert not (complete(inst, ["moat", "run", "--", "-"]) & options(help_of(inst, "run")))
+
+
+def test_mentions_are_really_other_commands_options(inst):
+    """MENTIONS above stays honest: each is an option of some command."""
+    every = set().union(*(options(help_of(inst, c)) for c in ("serve", "run")))
+    for c, m in MENTIONS.items():
+        assert m <= every and not (m & bash_complete(inst, ["moat", c, "-"])), (c, m)
+
+
+# ---- the systemd unit -------------------------------------------------------
+
+def test_systemd_unit(inst):
+    unit = inst["prefix"] / "lib/systemd/system/moat.service"
+    text = unit.read_text()
+    for want in ("StateDirectory=moat", "Delegate=yes", "KillMode=process"):
+        assert want in text, want
+    assert "ProtectSystem" not in re.sub(r"#.*", "", text)
+    if not shutil.which("systemd-analyze"):
+        pytest.skip("no systemd-analyze here")
+    # verified as systemd would load it, ExecStart pointed into DESTDIR (it
+    # checks that the binary is there); the man page is not installed yet
+    copy = inst["top"] / "verify" / "moat.service"
+    copy.parent.mkdir(exist_ok=True)
+    copy.write_text(text.replace(f"ExecStart={PREFIX}/", f"ExecStart={inst['prefix']}/"))
+    r = sh("systemd-analyze", "verify", "--man=no", str(copy), check=False)
+    assert r.returncode == 0 and "moat.service" not in r.stderr, r.stderr
+
+
+# ---- uninstall (last) -------------------------------------------------------
+
+def test_uninstall_leaves_no_file(inst):
+    make("uninstall", f"PREFIX={PREFIX}", f"DESTDIR={inst['dest']}")
+    assert tree(inst["dest"]) == []
+    assert not (inst["prefix"] / "libexec/moat").exists()

@@ -138,8 +138,12 @@ uninstall:
 install-check: all
 	sh tests/install/run.sh
 
+# The tour, then moat serve left running in the background: `make stop`.
 run: deps all
 	@sh scripts/demo.sh $(BUILD)/moat
+
+stop:
+	@sh scripts/daemon.sh stop
 
 unit: $(BUILD)/san/unit
 	$(BUILD)/san/unit --jobs 1

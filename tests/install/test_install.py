@@ -355,6 +355,31 @@ def test_systemd_unit(inst):
     assert r.returncode == 0 and "moat.service" not in r.stderr, r.stderr
 
 
+# ---- make run's daemon (scripts/daemon.sh) ---------------------------------
+
+def test_make_runs_daemon_starts_once_and_make_stop_stops_it(inst):
+    """A second start says it is up and succeeds; stop ends the daemon and
+    is fine when nothing runs (issue 12: a second make run failed with 125)."""
+    port = free_port()
+    run_dir = inst["top"] / "run"
+    env = {**os.environ, "MOAT_PORT": str(port), "MOAT_RUN_DIR": str(run_dir)}
+    daemon = str(ROOT / "scripts/daemon.sh")
+    first = sh("sh", daemon, "start", moat(inst), env=env)
+    assert "moat serve started" in first.stdout and healthy(port), first
+    pid = int((run_dir / "moat-serve.pid").read_text())
+    try:
+        again = sh("sh", daemon, "start", moat(inst), env=env)
+        assert f"already up on http://127.0.0.1:{port} (pid {pid}" in again.stdout, again
+        assert healthy(port)
+    finally:
+        stop_ = sh("sh", daemon, "stop", env=env)
+    assert f"(pid {pid}) stopped" in stop_.stdout
+    assert not healthy(port) and not (run_dir / "moat-serve.pid").exists()
+    assert not os.path.exists(f"/proc/{pid}/exe") or \
+        not os.readlink(f"/proc/{pid}/exe").endswith("moat-serve")
+    assert "not running" in sh("sh", daemon, "stop", env=env).stdout
+
+
 # ---- uninstall (last) -------------------------------------------------------
 
 def test_uninstall_leaves_no_file(inst):

@@ -380,6 +380,38 @@ def test_make_runs_daemon_starts_once_and_make_stop_stops_it(inst):
     assert "not running" in sh("sh", daemon, "stop", env=env).stdout
 
 
+# ---- the Python client, offline ---------------------------------------------
+
+def test_python_client_installs_offline_with_debians_setuptools(tmp_path):
+    """The command clients/python/README.md gives: a venv that sees
+    Debian's setuptools and wheel, pip without an index or build isolation
+    (issue 12: pip fetched setuptools from PyPI). Its build output stays out
+    of git's view."""
+    src = ROOT / "clients/python"
+    before = {p.name for p in src.iterdir()} | {p.name for p in (src / "moat").iterdir()}
+    venv = tmp_path / "venv"
+    sh("/usr/bin/python3", "-m", "venv", "--system-site-packages", str(venv))
+    try:
+        r = sh(str(venv / "bin/pip"), "install", "--no-index", "--no-build-isolation",
+               str(src), env={**os.environ, "PIP_NO_INDEX": "1", "PIP_CONFIG_FILE": os.devnull},
+               cwd=tmp_path, timeout=300)
+        assert "Successfully installed moat-sandbox" in r.stdout, r.stdout
+        if not (ROOT / ".git").exists():
+            return  # (not a git checkout: nothing to ignore)
+        made = sh("git", "ls-files", "--others", "--exclude-standard", str(src), cwd=ROOT).stdout
+        assert made == "", f"the build left files git does not ignore:\n{made}"
+    finally:
+        # what the build made in the tree (and only that) goes
+        for p in list(src.iterdir()) + list((src / "moat").iterdir()):
+            if p.name not in before and (p.name == "build" or p.name.endswith(".egg-info")):
+                shutil.rmtree(p)
+    # the installed package, imported from the venv, not from the tree
+    r = sh(str(venv / "bin/python"), "-c",
+           "import moat, sys; print(moat.__file__); print(moat.Sandbox.__name__)", cwd=tmp_path)
+    where, name = r.stdout.split()
+    assert where.startswith(str(venv)) and name == "Sandbox", r.stdout
+
+
 # ---- uninstall (last) -------------------------------------------------------
 
 def test_uninstall_leaves_no_file(inst):

@@ -192,19 +192,35 @@ def unit_exec_start(inst):
 
 
 def test_the_units_exec_start_serves_from_its_state_directory(inst):
-    """What systemd would run: ExecStart (the installed path, with no
-    arguments from /etc/default/moat), with NoNewPrivileges and
+    """What systemd would run: ExecStart (the installed path, with
+    MOAT_SERVE_ARGS from /etc/default/moat), with NoNewPrivileges and
     $STATE_DIRECTORY as the unit sets them; then create, exec and rm
-    through the installed client."""
+    through the installed client. The create clones a git_repo, which
+    moat-serve (in libexec/moat) does with `moat run` (in bin)."""
     argv = unit_exec_start(inst)
     assert argv[:2] == [f"{PREFIX}/bin/moat", "serve"] and argv[2:] == ["$MOAT_SERVE_ARGS"]
     state = inst["top"] / "state"
     state.mkdir()
+    repos = inst["top"] / "repos"
+    repo = repos / "r"
+    repo.mkdir(parents=True)
+    g = ["git", "-c", "user.name=t", "-c", "user.email=t@t", "-C", str(repo)]
+    sh(*g, "init", "-q", "-b", "main")
+    (repo / "a.txt").write_text("cloned\n")
+    sh(*g, "add", "a.txt")
+    sh(*g, "commit", "-q", "-m", "one")
+    for dp, _, fns in os.walk(inst["top"] / "repos"):
+        os.chmod(dp, 0o755)
+        for f in fns:
+            os.chmod(os.path.join(dp, f), 0o644)
+    manifest = inst["top"] / "manifest.json"
+    manifest.write_text(json.dumps({"entries": {"r": {"type": "git_repo", "repo": str(repo)}}}))
     port = free_port()
     log = open(inst["top"] / "serve.log", "w+")
     env = {**os.environ, "STATE_DIRECTORY": str(state)}
     p = subprocess.Popen(["setpriv", "--no-new-privs", moat(inst), "serve",
-                          "--listen", f"127.0.0.1:{port}", "--pool", "0"],
+                          "--listen", f"127.0.0.1:{port}", "--pool", "0",
+                          "--allow-host-path", str(repos)],
                          stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, env=env)
     try:
         wait_for(lambda: healthy(port), "moat serve's /healthz", p)
@@ -214,6 +230,10 @@ def test_the_units_exec_start_serves_from_its_state_directory(inst):
         assert re.fullmatch(r"[a-z0-9]+", sid), sid
         r = sh(moat(inst), "exec", sid, "--", "sh", "-c", "echo hi > a.txt; cat a.txt", env=cenv)
         assert r.stdout == "hi\n"
+        cloned = sh(moat(inst), "create", "--manifest", str(manifest), env=cenv).stdout.strip()
+        r = sh(moat(inst), "exec", cloned, "--", "cat", "r/a.txt", env=cenv)
+        assert r.stdout == "cloned\n", r
+        sh(moat(inst), "rm", cloned, env=cenv)
         listed = json.loads(sh(moat(inst), "ls", "--json", env=cenv).stdout)
         assert sid in json.dumps(listed)
         sh(moat(inst), "rm", sid, env=cenv)

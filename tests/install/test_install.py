@@ -400,6 +400,23 @@ def test_make_runs_daemon_starts_once_and_make_stop_stops_it(inst):
     assert "not running" in sh("sh", daemon, "stop", env=env).stdout
 
 
+# ---- the README's first screen -------------------------------------------------
+
+def test_readme_names_every_command_and_the_make_targets(inst):
+    """README.md shows each command of `moat --help` (ps and kill were
+    missing) and its first screen the make targets a newcomer needs, each
+    a target the Makefile has."""
+    readme = (ROOT / "README.md").read_text()
+    for c in commands(inst):
+        if c != "version":
+            assert re.search(rf"\bmoat {c}\b", readme), f"README.md never shows moat {c}"
+    first = "\n".join(readme.splitlines()[:30])
+    targets = set(re.findall(r"^([a-z-]+):", (ROOT / "Makefile").read_text(), re.M))
+    for t in ("run", "stop", "check", "install"):
+        assert f"make {t}" in first and t in targets, t
+    assert "MOAT_URL" in readme and "apply_patch format or a unified diff" in readme
+
+
 # ---- the Python client, offline ---------------------------------------------
 
 def test_python_client_installs_offline_with_debians_setuptools(tmp_path):

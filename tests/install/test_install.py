@@ -66,9 +66,11 @@ def inst():
     top = Path(tempfile.mkdtemp(prefix="moat-install-"))
     top.chmod(0o755)
     dest = top / "dest"
-    make("install", f"PREFIX={PREFIX}", f"DESTDIR={dest}")
-    yield {"top": top, "dest": dest, "prefix": dest / PREFIX.lstrip("/")}
-    shutil.rmtree(top, ignore_errors=True)
+    try:
+        make("install", f"PREFIX={PREFIX}", f"DESTDIR={dest}")
+        yield {"top": top, "dest": dest, "prefix": dest / PREFIX.lstrip("/")}
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
 
 
 def moat(inst):

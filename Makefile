@@ -34,7 +34,7 @@ CLIENT_LIBS := -lcurl
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run check unit e2e e2e-release pyclient e2b jsclient mcp examples bench clean
+.PHONY: all deps run stop check unit install uninstall install-check man completion e2e e2e-release pyclient e2b jsclient mcp examples bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -85,8 +85,65 @@ $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
 deps:
 	@sh scripts/deps.sh
 
+# ---- install ---------------------------------------------------------------
+# `make install PREFIX=/usr/local DESTDIR=...` and `make uninstall` (same
+# PREFIX and DESTDIR). moat goes into bin, the binaries it runs into
+# libexec/moat, where moat finds them relative to itself (src/base/exe.h):
+# so LIBEXECDIR is PREFIX's, not a setting of its own.
+PREFIX         ?= /usr/local
+BINDIR         := $(PREFIX)/bin
+LIBEXECDIR     := $(PREFIX)/libexec/moat
+MANDIR         ?= $(PREFIX)/share/man
+BASHCOMPDIR    ?= $(PREFIX)/share/bash-completion/completions
+ZSHCOMPDIR     ?= $(PREFIX)/share/zsh/site-functions
+SYSTEMDUNITDIR ?= $(PREFIX)/lib/systemd/system
+HELPERS        := moat-serve moat-client moat-agent moat-gate
+MAN_PAGES      := man1/moat.1 man1/moat-run.1 man8/moat-serve.8 man5/moat-policy.5
+
+# man pages from --help and docs/policy.md, completion from --help (the
+# generators say how), both remade whenever a binary changes
+man: $(BUILD)/man/stamp
+$(BUILD)/man/stamp: $(addprefix $(BUILD)/,$(BINS)) docs/policy.md $(wildcard docs/man/*.h2m) scripts/man.sh
+	@command -v help2man >/dev/null && command -v lowdown >/dev/null || \
+		{ echo "make man: needs help2man and lowdown (sh scripts/deps.sh as root)" >&2; exit 1; }
+	sh scripts/man.sh $(BUILD) $(BUILD)/man
+	@touch $@
+completion: $(BUILD)/completion/stamp
+$(BUILD)/completion/stamp: $(addprefix $(BUILD)/,$(BINS)) scripts/completion.sh
+	sh scripts/completion.sh $(BUILD)/moat $(BUILD)/completion
+	@touch $@
+$(BUILD)/moat.service: dist/moat.service.in Makefile
+	sed 's|@BINDIR@|$(BINDIR)|g' $< > $@.tmp && mv $@.tmp $@
+
+install: all man completion $(BUILD)/moat.service
+	install -d $(DESTDIR)$(BINDIR) $(DESTDIR)$(LIBEXECDIR) $(DESTDIR)$(MANDIR)/man1 \
+		$(DESTDIR)$(MANDIR)/man5 $(DESTDIR)$(MANDIR)/man8 $(DESTDIR)$(BASHCOMPDIR) \
+		$(DESTDIR)$(ZSHCOMPDIR) $(DESTDIR)$(SYSTEMDUNITDIR)
+	install -m 755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
+	install -m 755 $(addprefix $(BUILD)/,$(HELPERS)) $(DESTDIR)$(LIBEXECDIR)/
+	for m in $(MAN_PAGES); do install -m 644 $(BUILD)/man/$${m#*/} $(DESTDIR)$(MANDIR)/$$m || exit 1; done
+	install -m 644 $(BUILD)/completion/moat.bash $(DESTDIR)$(BASHCOMPDIR)/moat
+	install -m 644 $(BUILD)/completion/_moat $(DESTDIR)$(ZSHCOMPDIR)/_moat
+	install -m 644 $(BUILD)/moat.service $(DESTDIR)$(SYSTEMDUNITDIR)/moat.service
+
+# Removes what install put there (the shared directories stay).
+uninstall:
+	rm -f $(DESTDIR)$(BINDIR)/moat $(addprefix $(DESTDIR)$(LIBEXECDIR)/,$(HELPERS)) \
+		$(addprefix $(DESTDIR)$(MANDIR)/,$(MAN_PAGES)) $(DESTDIR)$(BASHCOMPDIR)/moat \
+		$(DESTDIR)$(ZSHCOMPDIR)/_moat $(DESTDIR)$(SYSTEMDUNITDIR)/moat.service
+	rmdir $(DESTDIR)$(LIBEXECDIR) 2>/dev/null || true
+
+# Installs into a temporary DESTDIR, runs the installed binaries, checks
+# the man pages, completion and unit against --help, uninstalls.
+install-check: all
+	sh tests/install/run.sh
+
+# The tour, then moat serve left running in the background: `make stop`.
 run: deps all
 	@sh scripts/demo.sh $(BUILD)/moat
+
+stop:
+	@sh scripts/daemon.sh stop
 
 unit: $(BUILD)/san/unit
 	$(BUILD)/san/unit --jobs 1
@@ -129,6 +186,7 @@ mcp: $(addprefix $(BUILD)/san/,$(BINS))
 
 check: deps
 	$(MAKE) unit
+	$(MAKE) install-check
 	$(MAKE) fuzz FUZZ_SECONDS=5
 	$(MAKE) e2e
 	$(MAKE) e2e-release
@@ -183,7 +241,7 @@ E2B_ENVD_SRC := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_env
                 src/serve/connect.c src/serve/multipart.c
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c src/base/exe.c \
                       src/policy/quota.c src/policy/policy.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)

@@ -1,5 +1,8 @@
 #!/bin/sh
-# `make run`: a short tour of moat run, showing allowed and refused operations.
+# `make run`: a short tour of moat run, showing allowed and refused
+# operations, then moat serve started in the background (scripts/daemon.sh;
+# `make stop` stops it) and a first session with it. Every command shown
+# is quoted so that it can be pasted.
 MOAT=${1:-build/moat}
 MOAT=$(cd "$(dirname "$MOAT")" && pwd)/$(basename "$MOAT")
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -9,7 +12,19 @@ echo "top secret" > "$secret"
 cd "$ws" || exit 1
 trap 'rm -rf "$ws" "$secret"' EXIT
 
-step() { printf '\n\033[1m$ %s\033[0m\n' "$*"; "$@"; echo "(exit $?)"; }
+# the arguments as one shell line (single quotes where needed)
+quote() {
+	line=
+	for a in "$@"; do
+		case $a in
+		'' | *[!A-Za-z0-9_./:=@%+,-]*) a="'$(printf '%s' "$a" | sed "s/'/'\\\\''/g")'" ;;
+		esac
+		line="$line${line:+ }$a"
+	done
+	printf '%s' "$line"
+}
+show() { printf '\n\033[1m$ %s\033[0m\n' "$(quote "$@")"; }
+step() { show "$@"; "$@"; echo "(exit $?)"; }
 
 echo "moat demo — workspace $ws"
 step "$MOAT" doctor
@@ -24,27 +39,31 @@ step "$MOAT" run -- no-such-command
 printf '\nthe workspace on the host afterwards:\n'
 ls -la "$ws"
 
-# moat serve: start the daemon, a first session with curl, then keep it up.
+# moat serve in the background (already up from an earlier make run: that
+# one), a first session with curl, then the client commands.
 serve=$(dirname "$MOAT")/moat-serve
 if [ -x "$serve" ]; then
 	port=${MOAT_PORT:-7070}
-	data=$ROOT/var/moat
-	printf '\n\033[1m$ moat serve --listen 127.0.0.1:%s --data %s\033[0m\n' "$port" "$data"
-	"$MOAT" serve --listen "127.0.0.1:$port" --data "$data" &
-	daemon=$!
-	trap 'kill "$daemon" 2>/dev/null; rm -rf "$ws" "$secret"' EXIT INT TERM
-	for _ in 1 2 3 4 5 6 7 8 9 10; do
-		curl -fs "http://127.0.0.1:$port/healthz" >/dev/null 2>&1 && break
-		sleep 0.2
-	done
-	api() { printf '\n\033[1m$ curl -X%s %s %s\033[0m\n' "$1" "$2" "${3:-}"; curl -s -X"$1" "http://127.0.0.1:$port$2" ${3:+-d "$3"}; echo; }
-	out=$(curl -s -XPOST "http://127.0.0.1:$port/v1/sandboxes" \
-		-d '{"manifest":{"entries":{"hello.py":{"type":"file","content":"print(\"hi from the sandbox\")\n"}}}}')
-	printf '\n\033[1m$ curl -XPOST /v1/sandboxes (with a manifest)\033[0m\n%s\n' "$out"
+	url=http://127.0.0.1:$port
+	printf '\n'
+	sh "$ROOT/scripts/daemon.sh" start "$MOAT" || exit 1
+	api() {
+		show curl -s -X"$1" "$url$2" ${3:+-d "$3"}
+		curl -s -X"$1" "$url$2" ${3:+-d "$3"}
+		echo
+	}
+	manifest='{"manifest":{"entries":{"hello.py":{"type":"file","content":"print(\"hi from the sandbox\")\n"}}}}'
+	show curl -s -XPOST "$url/v1/sandboxes" -d "$manifest"
+	out=$(curl -s -XPOST "$url/v1/sandboxes" -d "$manifest")
+	printf '%s\n' "$out"
 	id=$(printf '%s' "$out" | sed -n 's/.*"id":"\([a-z0-9]*\)".*/\1/p')
+	[ -n "$id" ] || { echo "moat serve did not create a sandbox" >&2; exit 1; }
 	api POST "/v1/sandboxes/$id/exec" '{"cmd":"python3 hello.py; id; cat /etc/shadow"}'
 	api GET "/v1/sandboxes/$id/files/list?path=."
-	api DELETE "/v1/sandboxes/$id"
-	printf '\nmoat serve is running on http://127.0.0.1:%s (Ctrl-C stops it; see README)\n' "$port"
-	wait "$daemon"
+	export MOAT_URL="$url"
+	step "$MOAT" exec "$id" -- sh -c 'echo hi > a.txt; ls'
+	step "$MOAT" ps "$id"
+	step "$MOAT" ls
+	step "$MOAT" rm "$id"
+	printf '\nmoat serve keeps running on %s: `make stop` stops it (README.md)\n' "$url"
 fi

@@ -6,6 +6,7 @@
 #include "cli.h"
 
 #include "gate/policy.h"
+#include "../base/exe.h"
 #include "../base/fdpass.h"
 #include "../base/util.h"
 
@@ -187,13 +188,14 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 		free(g);
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socket");
 	}
-	char self[PATH_MAX], exe[PATH_MAX + 16];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	self[n > 0 ? n : 0] = '\0';
-	char *slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(exe, sizeof exe, "%s/moat-gate", self);
+	char exe[PATH_MAX];
+	if (moat_exe_find("moat-gate", exe, sizeof exe, e) < 0) {
+		json_decref(cfg);
+		close(sp[0]);
+		close(sp[1]);
+		free(g);
+		return moat_err_prefix(e, "gateway");
+	}
 	g->pid = fork();
 	if (g->pid == 0) {
 		if (dup2(sp[1], 3) < 0)
@@ -225,7 +227,7 @@ int run_gate_start(struct moat_policy *p, struct moat_strv *env, const char *net
 	if (!json_is_true(json_object_get(r, "ok"))) {
 		const char *why = json_string_value(json_object_get(r, "error"));
 		moat_err_set(e, MOAT_E_USAGE, 0, "gateway: %s",
-			     why ? why : "did not start (is moat-gate next to moat?)");
+			     why ? why : "did not start");
 		json_decref(r);
 		gate_free(g);
 		return -1;

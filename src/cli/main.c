@@ -1,6 +1,7 @@
 /* moat: command dispatch. */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "../base/exe.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -22,18 +23,15 @@ int moat_cli_fail(const char *fmt, ...)
 	return 125;
 }
 
-/* The daemon and the API client are separate binaries next to this one
- * (so that `moat run` does not load their libraries): exec them. */
+/* The daemon and the API client are separate binaries beside this one, or
+ * in ../libexec/moat once installed (so that `moat run` does not load
+ * their libraries): exec them. */
 static int exec_sibling(const char *name, char **argv)
 {
-	char self[PATH_MAX], path[PATH_MAX + 32];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n < 0)
-		return moat_cli_fail("cannot find my own binary: %s", strerror(errno));
-	self[n] = '\0';
-	char *slash = strrchr(self, '/');
-	*slash = '\0';
-	snprintf(path, sizeof path, "%s/%s", self, name);
+	char path[PATH_MAX];
+	struct moat_err e = {0};
+	if (moat_exe_find(name, path, sizeof path, &e) < 0)
+		return moat_cli_fail("%s", e.msg);
 	argv[0] = "moat";
 	execv(path, argv);
 	return moat_cli_fail("cannot run %s: %s", path, strerror(errno));

@@ -15,7 +15,7 @@
 
 static int usage(FILE *f, int rc)
 {
-	fputs("usage: moat token [--write FILE]\n"
+	fputs("usage: moat token [--write FILE]\n\n"
 	      "Prints a new API token (e2b_ + 40 hex digits) for moat serve's\n"
 	      "MOAT_API_TOKEN or --token-file; --write FILE creates FILE (mode 0600)\n"
 	      "with it instead (an existing FILE is not replaced).\n", f);

@@ -33,6 +33,10 @@ int client_fail(const char *cmd, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
 int client_fail_err(const char *cmd, const struct moat_err *e);
 
+/* The end of every command's --help: the environment that picks the
+ * server (MOAT_URL, MOAT_API_TOKEN), said once for all of them. */
+void client_help_footer(FILE *f);
+
 /* Report a getopt error ('?' or ':') for cmd; returns CLIENT_FAIL. */
 int client_bad_option(const char *cmd, int c, char **argv);
 

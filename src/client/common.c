@@ -25,6 +25,12 @@ int client_fail_err(const char *cmd, const struct moat_err *e)
 	return client_fail(cmd, "%s", e->msg);
 }
 
+void client_help_footer(FILE *f)
+{
+	fputs("\nenvironment: MOAT_URL the server (default http://127.0.0.1:7070),\n"
+	      "MOAT_API_TOKEN its bearer token (when it was started with one).\n", f);
+}
+
 int client_bad_option(const char *cmd, int c, char **argv)
 {
 	const char *arg = optind > 0 ? argv[optind - 1] : "?";

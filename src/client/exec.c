@@ -47,6 +47,7 @@ static void exec_usage(FILE *f)
 	      "\n"
 	      "exit status: the command's (128+N if killed by signal N); 125 when moat\n"
 	      "fails or the server refuses.\n", f);
+	client_help_footer(f);
 }
 
 /* ---- server-sent events ------------------------------------------------ */
@@ -392,6 +393,7 @@ int moat_client_ps(int argc, char **argv)
 			return client_bad_option(cmd, c, argv);
 		fputs("usage: moat ps [--json] ID\n\nList the processes started in sandbox ID "
 		      "that are still known to it.\n", stdout);
+		client_help_footer(stdout);
 		return 0;
 	}
 	if (argc - optind != 1)
@@ -429,6 +431,7 @@ int moat_client_kill(int argc, char **argv)
 		fputs("usage: moat kill ID PID [SIGNAL]\n\nSend SIGNAL (a name such as TERM, "
 		      "or a number; default KILL) to\nprocess PID of sandbox ID (see moat ps).\n",
 		      stdout);
+		client_help_footer(stdout);
 		return 0;
 	}
 	int n = argc - optind;

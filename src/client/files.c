@@ -28,6 +28,7 @@ static int help_only(const char *cmd, int argc, char **argv, const char *usage)
 		if (c != 'h')
 			return client_bad_option(cmd, c, argv);
 		fputs(usage, stdout);
+		client_help_footer(stdout);
 		return 0;
 	}
 	return -1;

@@ -26,8 +26,8 @@ static void usage(FILE *f)
 	fputs("usage: moat <command> [options]\n\ncommands of moat serve's API:\n", f);
 	for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
 		fprintf(f, "  %-8s %s\n", commands[i].name, commands[i].summary);
-	fputs("\n`moat <command> --help` lists a command's options.\n"
-	      "environment: MOAT_URL (default http://127.0.0.1:7070), MOAT_API_TOKEN.\n", f);
+	fputs("\n`moat <command> --help` lists a command's options.\n", f);
+	client_help_footer(f);
 }
 
 int main(int argc, char **argv)

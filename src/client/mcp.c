@@ -778,10 +778,8 @@ static void usage(FILE *f)
 	      "Codex CLI...): each JSON-RPC message read on stdin (one per line) goes to\n"
 	      "moat serve's MCP endpoint, $MOAT_URL/mcp, and its answers come back on\n"
 	      "stdout, one per line. The tools are moat serve's (docs/mcp.md).\n"
-	      "\n"
-	      "environment: MOAT_URL (default http://127.0.0.1:7070), MOAT_API_TOKEN\n"
-	      "(moat serve's bearer token).\n"
 	      "exit status: 0 at the end of stdin; 125 when moat mcp cannot go on.\n", f);
+	client_help_footer(f);
 }
 
 int moat_client_mcp(int argc, char **argv)

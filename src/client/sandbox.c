@@ -69,6 +69,7 @@ static void create_usage(FILE *f)
 	      "      --idle-timeout SECONDS  remove it after this long unused\n"
 	      "      --quota NAME=N       lower a per-user kernel ceiling, e.g.\n"
 	      "                           inotify_instances=4 (repeatable)\n", f);
+	client_help_footer(f);
 }
 
 static int load_manifest(const char *path, json_t **out, struct moat_err *e)
@@ -243,6 +244,7 @@ static void ls_usage(FILE *f)
 	      "\n"
 	      "      --json               print the server's JSON answer\n"
 	      "      --metadata KEY=VALUE only sandboxes with this label (repeatable)\n", f);
+	client_help_footer(f);
 }
 
 /* "k=v,k=v" of a metadata object (malloc'd; "-" when empty). */
@@ -379,6 +381,7 @@ int moat_client_rm(int argc, char **argv)
 			return client_bad_option(cmd, c, argv);
 		fputs("usage: moat rm ID...\n\nRemove sandboxes: kill their processes, "
 		      "delete their files.\n", stdout);
+		client_help_footer(stdout);
 		return 0;
 	}
 	if (optind >= argc)

@@ -2,6 +2,7 @@
 #define _GNU_SOURCE
 #include "clone.h"
 
+#include "../base/exe.h"
 #include "../base/utf8.h"
 #include "../base/util.h"
 #include "gate/policy.h"
@@ -295,15 +296,11 @@ static void git_opts(struct moat_strv *a, const char *src)
 static void run_opts(struct moat_strv *a, const struct clone_ctx *c, const char *seed,
 		     const char *src, bool net)
 {
-	char self[PATH_MAX];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	self[n > 0 ? n : 0] = '\0';
-	char *slash = strrchr(self, '/');
-	if (slash)
-		*slash = '\0';
-	char *moat = moat_strdupf("%s/moat", self);
+	/* (not found: the path that failed, so that the run's error names it) */
+	char moat[PATH_MAX];
+	if (moat_exe_find("moat", moat, sizeof moat, NULL) < 0)
+		snprintf(moat, sizeof moat, "moat");
 	add(a, moat);
-	free(moat);
 	add(a, "run");
 	add2(a, "--workspace", seed);
 	add2(a, "--timeout", CLONE_TIMEOUT);

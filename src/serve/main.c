@@ -6,6 +6,7 @@
 #include "box.h"
 #include "clone.h"
 #include "core.h"
+#include "datadir.h"
 #include "enforce.h"
 #include "http.h"
 #include "job.h"
@@ -13,6 +14,7 @@
 #include "store.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
+#include "../base/exe.h"
 #include "../base/own.h"
 #include "../base/util.h"
 
@@ -59,7 +61,8 @@ static void usage(FILE *f)
 	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
-	      "DIR (default $XDG_STATE_HOME/moat, else ./var/moat). The bearer token comes\n"
+	      "DIR (default: $STATE_DIRECTORY under systemd, /var/lib/moat for root, else\n"
+	      "$XDG_STATE_HOME/moat or ~/.local/state/moat). The bearer token comes\n"
 	      "from $MOAT_API_TOKEN or --token-file; a non-loopback address needs one.\n"
 	      "--memory/--pids/--cpus are the limits of sandboxes that ask for none.\n"
 	      "A limit this daemon cannot enforce (no delegated cgroup: moat doctor) fails\n"
@@ -146,6 +149,11 @@ static void route(struct evhttp_request *req)
 		mcp_route(req);
 	else
 		api_route(req);
+}
+
+static const char *env_get(const char *name)
+{
+	return getenv(name);
 }
 
 static void on_signal(evutil_socket_t sig, short what, void *arg)
@@ -382,9 +390,8 @@ int main(int argc, char **argv)
 
 	char defdata[PATH_MAX];
 	if (!data) {
-		const char *x = getenv("XDG_STATE_HOME");
-		snprintf(defdata, sizeof defdata, "%s", x && *x ? x : "var");
-		strncat(defdata, "/moat", sizeof defdata - strlen(defdata) - 1);
+		if (serve_default_data_dir(geteuid(), env_get, defdata, sizeof defdata, &e) < 0)
+			return fail("%s%s", e.msg, "");
 		data = defdata;
 	}
 	if (mkdir_p(data) < 0)
@@ -405,13 +412,9 @@ int main(int argc, char **argv)
 	if (flock(lock, LOCK_EX | LOCK_NB) < 0)
 		return fail("--data %s: another moat serve uses it", real, "");
 
-	char self[PATH_MAX], agent[PATH_MAX + 16];
-	ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-	if (n < 0)
-		return fail("cannot find my own binary: %s", strerror(errno), "");
-	self[n] = '\0';
-	*strrchr(self, '/') = '\0';
-	snprintf(agent, sizeof agent, "%s/moat-agent", self);
+	char agent[PATH_MAX];
+	if (moat_exe_find("moat-agent", agent, sizeof agent, &e) < 0)
+		return fail("%s%s", e.msg, "");
 	cfg.agent_exe = open(agent, O_PATH | O_CLOEXEC);
 	if (cfg.agent_exe < 0)
 		return fail("%s: %s (build it with make)", agent, strerror(errno));

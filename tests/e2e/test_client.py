@@ -668,3 +668,26 @@ def test_bearer_token():
         assert moat(d.url, "rm", sid, token=d.token).returncode == 0
     finally:
         d.stop()
+
+
+CLIENT_COMMANDS = ["create", "ls", "exec", "cp", "patch", "ps", "kill", "rm", "mcp"]
+
+
+@pytest.mark.parametrize("cmd", CLIENT_COMMANDS)
+def test_every_client_help_names_the_server_environment(cmd):
+    """`moat CMD --help` of every API command says which variables pick the
+    server and its token (issue 12: they were only in moat mcp's)."""
+    r = subprocess.run([MOAT, cmd, "--help"], capture_output=True, text=True,
+                       timeout=TIMEOUT, stdin=subprocess.DEVNULL)
+    assert r.returncode == 0, r
+    assert r.stdout.startswith(f"usage: moat {cmd}"), r.stdout
+    for var in ("MOAT_URL", "MOAT_API_TOKEN"):
+        assert var in r.stdout, f"moat {cmd} --help does not mention {var}:\n{r.stdout}"
+
+
+def test_client_command_list_is_the_dispatchers():
+    """CLIENT_COMMANDS above is every command moat hands to moat-client."""
+    r = subprocess.run([MOAT, "--help"], capture_output=True, text=True, timeout=TIMEOUT)
+    line = next(l for l in r.stdout.splitlines() if "API client" in l)
+    listed = [w for w in re.split(r"[\s|]+", line.split("API client")[0]) if w]
+    assert set(listed) | {"mcp"} == set(CLIENT_COMMANDS), line

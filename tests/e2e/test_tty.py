@@ -172,6 +172,7 @@ def test_job_control_ctrl_z_fg_ctrl_c(term):
 
 def test_window_size_and_sigwinch(term):
     code = ("import os, signal, struct, fcntl, termios\n"
+            "print('OWN', os.fstat(0).st_dev == os.stat('/dev/pts').st_dev)\n"
             "signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGWINCH})\n"
             "print('SIZE', os.get_terminal_size(0).lines, os.get_terminal_size(0).columns)\n"
             "print('READY', flush=True)\n"
@@ -179,6 +180,7 @@ def test_window_size_and_sigwinch(term):
             "print('NEW', os.get_terminal_size(0).lines, os.get_terminal_size(0).columns)\n")
     t = term(["--", PY, "-c", code], rows=37, cols=123)
     t.read_until(b"READY")
+    assert b"OWN True" in t.out, t.out  # the sandbox's pty, not the caller's
     assert b"SIZE 37 123" in t.out, t.out
     # the outer terminal changes size: the kernel tells moat's group
     # (SIGWINCH), moat copies it onto the sandbox's pty
@@ -188,9 +190,9 @@ def test_window_size_and_sigwinch(term):
 
 
 def test_stty_size_matches_outer(term):
-    t = term(["--", "stty", "size"], rows=41, cols=99)
+    t = term(["--", "sh", "-c", 'stty size; tty'], rows=41, cols=99)
     assert t.wait() == 0, t.out
-    assert b"41 99" in t.out, t.out
+    assert re.search(rb"^41 99\r\n/dev/pts/\d+\r\n", t.out), t.out
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGHUP", "hangup", "sandbox-killed"])

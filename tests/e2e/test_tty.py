@@ -290,3 +290,19 @@ def test_tty_flag_with_stdout_redirected(term, ws):
     assert t.wait() == 0, t.out
     with os.fdopen(rd, "rb") as f:
         assert b"HASTTY\r\n" in f.read()
+
+
+def test_all_output_arrives_and_status_passes_through(term):
+    """The relay drains the master when the command ends: nothing of a
+    large burst written right before exit is lost."""
+    t = term(["--", "sh", "-c",
+              'yes 0123456789 | head -n 20000; printf "%s\\n" "EN""D"; exit 9'])
+    assert t.wait() == 9, t.out[-200:]
+    assert t.out.count(b"0123456789\r\n") == 20000
+    assert t.out.endswith(b"END\r\n"), t.out[-200:]
+
+
+def test_death_by_signal_is_128_plus_n(term):
+    t = term(["--", "sh", "-c", "kill -TERM $$"])
+    assert t.wait() == 128 + signal.SIGTERM, t.out
+    assert termios.tcgetattr(t.slave) == t.before

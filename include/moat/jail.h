@@ -22,6 +22,7 @@
 #include <sys/types.h>
 
 struct moat_jail;
+struct termios;
 
 struct moat_launch {
 	char *const *argv;     /* argv[0] is looked up in the sandbox's PATH */
@@ -46,6 +47,15 @@ struct moat_launch {
 	/* Called for each layer skipped under allow_degraded, may be NULL. */
 	void (*warn)(void *arg, const char *msg);
 	void *warn_arg;
+	/* A terminal (moat run on a tty; not with agent): the command's
+	 * stdin/stdout/stderr and controlling terminal are a new pty of the
+	 * sandbox's own devpts, made inside; its master comes out
+	 * (moat_jail_tty). The caller's stdio does not enter the sandbox.
+	 * tty_cols/rows (0: unset) and tty_modes (NULL: the kernel's
+	 * defaults) are the caller's terminal's, copied onto the new one. */
+	bool tty;
+	unsigned short tty_cols, tty_rows;
+	const struct termios *tty_modes;
 };
 
 /* Start the command. On success *out owns the sandbox; on failure nothing
@@ -90,6 +100,15 @@ struct moat_jail_status {
 int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms,
 		   const int *forward, struct moat_jail_status *st,
 		   struct moat_err *e);
+
+/* Terminal mode (launch.tty): take the pty's master (non-blocking,
+ * close-on-exec); -1 when there is none. */
+int moat_jail_tty(struct moat_jail *j);
+
+/* Readable once the sandbox has ended (pid 1 reported that everything is
+ * gone, or it died): moat_jail_wait then returns at once. For a caller's
+ * own event loop (moat run's terminal relay). */
+int moat_jail_wait_fd(const struct moat_jail *j);
 
 /* Gateway mode (policy.gateway): take the listening sockets of the
  * sandbox's 127.0.0.1:3128 (HTTP proxy) and :1080 (SOCKS5); the caller's

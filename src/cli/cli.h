@@ -19,6 +19,26 @@ int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e);
 /* Stop it, print each refused destination, clean up. NULL is fine. */
 void run_gate_finish(struct run_gate *g);
 
+/* tty.c: moat run on a terminal. The relay between the caller's terminal
+ * (in, out; put in raw mode by the caller) and the sandbox's pty master:
+ * bytes both ways, the window size on SIGWINCH, a hang-up (SIGHUP, or the
+ * caller's terminal gone) passed on by closing the master. Otherwise as
+ * moat_jail_wait: 1 ended (*st filled; the master drained), 0 deadline
+ * passed, -1 error; the other signals in forward go to the command. */
+#include <moat/jail.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+struct run_tty {
+	int master; /* owned; -1 once hung up */
+	int in, out;
+	bool in_done, out_done;
+	size_t ilen, ioff;
+	char ibuf[4096]; /* caller -> master, not yet written */
+};
+int run_tty_wait(struct run_tty *t, struct moat_jail *j, int64_t deadline_ms,
+		 const int *forward, struct moat_jail_status *st, struct moat_err *e);
+
 /* "moat: msg" on stderr; always returns 125 (moat's own errors). */
 int moat_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

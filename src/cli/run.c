@@ -7,6 +7,7 @@
 
 #include "gate/policy.h"
 #include "../base/cleanup.h"
+#include "../base/term.h"
 #include "../base/util.h"
 
 #include <errno.h>
@@ -17,6 +18,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <termios.h>
 #include <unistd.h>
 
 extern char **environ;
@@ -54,6 +56,8 @@ static const struct option opts[] = {
 	{"net-ceiling", required_argument, NULL, OPT_NET_CEILING},
 	{"users", no_argument, NULL, OPT_USERS},
 	{"user", required_argument, NULL, OPT_USER},
+	{"tty", no_argument, NULL, 't'},
+	{"no-tty", no_argument, NULL, 'T'},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
 };
@@ -95,6 +99,11 @@ static void usage(FILE *f)
 	      "                          (docs/policy.md \"Users mode\"); rootless it needs an\n"
 	      "                          /etc/subuid range and newuidmap\n"
 	      "      --user root|user    with --users: who runs the command (default user)\n"
+	      "  -t, --tty               give the command a terminal of its own (a pty of\n"
+	      "                          the sandbox: job control, tty, full-screen programs;\n"
+	      "                          its stderr then shares stdout); the default when\n"
+	      "                          stdin and stdout are both terminals\n"
+	      "  -T, --no-tty            never: stdio stays as given, no controlling terminal\n"
 	      "\n"
 	      "exit status: the command's; 128+N if killed by signal N; 124 on timeout;\n"
 	      "125 moat's own error; 126 not executable; 127 not found.\n", f);
@@ -248,6 +257,13 @@ static int check_net_rules(const struct moat_policy *p, struct moat_err *e)
 static const int forward[] = {SIGHUP, SIGINT, SIGQUIT, SIGTERM, SIGUSR1,
 			      SIGUSR2, SIGWINCH, SIGCONT, 0};
 
+static int wait_for(struct run_tty *t, struct moat_jail *j, int64_t deadline,
+		    struct moat_jail_status *st, struct moat_err *e)
+{
+	return t ? run_tty_wait(t, j, deadline, forward, st, e)
+		 : moat_jail_wait(j, deadline, forward, st, e);
+}
+
 int moat_cmd_run(int argc, char **argv)
 {
 	_cleanup_free_ struct flag *flags = calloc((size_t)argc + 1, sizeof *flags);
@@ -257,11 +273,12 @@ int moat_cmd_run(int argc, char **argv)
 	const char *mode = NULL, *policy = NULL, *srt = NULL, *net_log = NULL, *upstream_ca = NULL;
 	const char *user = NULL;
 	bool users = false;
+	int tty_mode = -1; /* --tty 1, --no-tty 0, else as stdin and stdout are */
 	struct moat_strv ceiling = {0};
 	optind = 1;
 	opterr = 0;
 	int c;
-	while ((c = getopt_long(argc, argv, "+w:h", opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+w:htT", opts, NULL)) != -1) {
 		switch (c) {
 		case 'h':
 			usage(stdout);
@@ -294,6 +311,12 @@ int moat_cmd_run(int argc, char **argv)
 		case OPT_USERS:
 			users = true;
 			break;
+		case 't':
+			tty_mode = 1;
+			break;
+		case 'T':
+			tty_mode = 0;
+			break;
 		case OPT_USER:
 			if (strcmp(optarg, "root") != 0 && strcmp(optarg, "user") != 0)
 				return moat_cli_fail("--user: '%s' (expected root or user)", optarg);
@@ -311,6 +334,13 @@ int moat_cmd_run(int argc, char **argv)
 		return moat_cli_fail("no command given (usage: moat run [OPTIONS] -- COMMAND [ARG...])");
 	}
 	char *const *cmd = argv + optind;
+	/* As docker -t: a terminal only when asked, or when both ends are
+	 * one (moat run -- cmd > file keeps its plain stdout and stderr). */
+	if (tty_mode == 1 && !isatty(STDIN_FILENO)) {
+		moat_strv_free(&ceiling);
+		return moat_cli_fail("--tty: standard input is not a terminal");
+	}
+	bool tty = tty_mode == 1 || (tty_mode < 0 && isatty(STDIN_FILENO) && isatty(STDOUT_FILENO));
 
 	char cwd[PATH_MAX];
 	if (!getcwd(cwd, sizeof cwd))
@@ -329,6 +359,9 @@ int moat_cmd_run(int argc, char **argv)
 	struct moat_strv env = {0};
 	struct moat_jail *j = NULL;
 	struct run_gate *gate = NULL;
+	struct run_tty relay = {.master = -1, .in = STDIN_FILENO, .out = STDOUT_FILENO};
+	struct run_tty *rt = NULL;
+	struct termios modes;
 	if (mode && moat_policy_set_mode(&p, mode, &e) < 0) {
 		moat_err_prefix(&e, "--mode");
 		goto out_err;
@@ -388,8 +421,26 @@ int moat_cmd_run(int argc, char **argv)
 		.die_with_parent = true,
 		.warn = warn_cb,
 	};
+	if (tty) {
+		l.tty = true;
+		if (tcgetattr(STDIN_FILENO, &modes) == 0)
+			l.tty_modes = &modes;
+		if (!moat_term_size(STDIN_FILENO, &l.tty_cols, &l.tty_rows))
+			(void)moat_term_size(STDOUT_FILENO, &l.tty_cols, &l.tty_rows);
+	}
 	if (moat_jail_spawn(&p, &l, &j, &e) < 0)
 		goto out_err;
+	if (tty) {
+		relay.master = moat_jail_tty(j);
+		rt = &relay;
+		/* raw only now: moat's own messages until here print normally;
+		 * restored on every way out (below, atexit) */
+		if (relay.master < 0 || moat_term_raw(STDIN_FILENO, &e) < 0) {
+			if (relay.master < 0)
+				moat_err_set(&e, MOAT_E_SYSTEM, 0, "the sandbox has no terminal");
+			goto out_err;
+		}
+	}
 	if (gate) {
 		int gfds[2];
 		if (moat_jail_gate_fds(j, gfds) < 0) {
@@ -402,15 +453,16 @@ int moat_cmd_run(int argc, char **argv)
 
 	int64_t deadline = p.timeout_ms ? moat_now_ms() + (int64_t)p.timeout_ms : -1;
 	struct moat_jail_status st;
-	int r = moat_jail_wait(j, deadline, forward, &st, &e);
+	int r = wait_for(rt, j, deadline, &st, &e);
 	if (r == 0) {
 		/* Timed out: TERM first, the whole sandbox a second later. */
 		moat_jail_signal(j, SIGTERM);
-		r = moat_jail_wait(j, moat_now_ms() + 1000, forward, &st, &e);
+		r = wait_for(rt, j, moat_now_ms() + 1000, &st, &e);
 		if (r == 0) {
 			moat_jail_kill(j);
-			r = moat_jail_wait(j, -1, forward, &st, &e);
+			r = wait_for(rt, j, -1, &st, &e);
 		}
+		moat_term_restore();
 		if (r < 0)
 			goto out_err;
 		fprintf(stderr, "moat: timed out after %.3gs; the sandbox was killed\n",
@@ -418,6 +470,7 @@ int moat_cmd_run(int argc, char **argv)
 		rc = 124;
 		goto out;
 	}
+	moat_term_restore();
 	if (r < 0)
 		goto out_err;
 	if (st.oom) {
@@ -433,9 +486,13 @@ int moat_cmd_run(int argc, char **argv)
 	goto out;
 
 out_err:
+	moat_term_restore();
 	rc = moat_cli_fail("%s", e.msg);
 	rc = moat_err_exit_code(&e);
 out:
+	moat_term_restore();
+	if (relay.master >= 0)
+		close(relay.master);
 	moat_jail_destroy(j);
 	run_gate_finish(gate);
 	moat_strv_free(&env);

@@ -10,6 +10,8 @@
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <termios.h>
+#include <sys/ioctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -86,10 +88,17 @@ static __attribute__((noreturn)) void run_command(const struct moat_init_args *a
 	sigset_t none;
 	sigemptyset(&none);
 	sigprocmask(SIG_SETMASK, &none, NULL);
-	/* A new session: no controlling terminal, so no TIOCSTI into the
-	 * caller's terminal and no job-control signals from it. */
+	/* A new session: the caller's terminal is not its controlling
+	 * terminal, so no TIOCSTI into it and no job-control signals from it.
+	 * In terminal mode the session's terminal is the sandbox's own pty
+	 * (on 0, 1 and 2 already), with the command's group in the
+	 * foreground: job control works, and only on that pty. */
 	if (setsid() < 0) {
 		report(a->err_fd, MOAT_E_SYSTEM, errno, "%s", "setsid");
+		_exit(125);
+	}
+	if (a->ctty && (ioctl(0, TIOCSCTTY, 0) < 0 || tcsetpgrp(0, getpid()) < 0)) {
+		report(a->err_fd, MOAT_E_SYSTEM, errno, "%s", "controlling terminal");
 		_exit(125);
 	}
 	if (a->cwd && chdir(a->cwd) < 0) {

@@ -89,6 +89,7 @@ struct jail_ctx {
 	int gate_sp[2];     /* gateway mode: child -> host, the listening sockets */
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
+	int tty_master;     /* host: terminal mode's pty master (pty.c) */
 	int64_t quota[MOAT_QUOTAS];     /* ceilings the child sets (quota.c) */
 	bool users;                     /* users mode (users.c) */
 	uint32_t users_base, users_gbase; /* host id of inside 0 (rootless: the subid
@@ -195,6 +196,13 @@ int jail_seccomp_child(struct jail_ctx *c, struct moat_err *e);
  * has CAP_SYS_RESOURCE there and after every namespace set-up makes. */
 int jail_quota_prepare(struct jail_ctx *c, struct moat_err *e);
 int jail_quota_child(struct jail_ctx *c, struct moat_err *e);
+
+/* pty.c: terminal mode (launch.tty). child: once the sandbox's /dev and
+ * final identity are in place, make a pty from its own /dev/ptmx, put the
+ * slave on 0, 1 and 2 (the caller's stdio goes) and send the master to the
+ * host on the sync socket; parent: receive it (after the exec). */
+int jail_pty_child(struct jail_ctx *c, struct moat_err *e);
+int jail_pty_parent(struct jail_ctx *c, struct moat_err *e);
 
 /* caps.c: rlimits, securebits, capabilities, no_new_privs */
 int jail_caps_child(struct jail_ctx *c, struct moat_err *e);

@@ -208,8 +208,9 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	 * we still hold CAP_SYS_RESOURCE in ours */
 	if (jail_quota_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
-	if (jail_caps_child(c, &e) < 0 || jail_landlock_child(c, &e) < 0 ||
-	    jail_seccomp_child(c, &e) < 0)
+	/* the pty after caps: in users mode its slave is then user's */
+	if (jail_caps_child(c, &e) < 0 || jail_pty_child(c, &e) < 0 ||
+	    jail_landlock_child(c, &e) < 0 || jail_seccomp_child(c, &e) < 0)
 		jail_child_fail(c->err_wr, &e);
 	/* A host (moat serve: no parent-death signal) that died during the
 	 * set-up never learnt of this sandbox: nobody would ever stop it. */
@@ -230,6 +231,7 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 		.cwd = c->l->cwd ? c->l->cwd : c->p->workspace,
 		.err_fd = c->err_wr,
 		.status_fd = c->st_wr,
+		.ctty = c->l->tty,
 	};
 	moat_init_main(&ia);
 }
@@ -246,7 +248,7 @@ static void ctx_free(struct jail_ctx *c)
 	}
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
 		      &c->st_rd, &c->st_wr, &c->ws_fd, &c->gate_sp[0], &c->gate_sp[1],
-		      &c->gate_fds[0], &c->gate_fds[1]};
+		      &c->gate_fds[0], &c->gate_fds[1], &c->tty_master};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -303,6 +305,8 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 		return moat_err_set(e, MOAT_E_USAGE, 0, "policy was not finalized");
 	if (!l->argv || !l->argv[0])
 		return moat_err_set(e, MOAT_E_USAGE, 0, "no command given");
+	if (l->tty && l->agent)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "a terminal is for moat run, not an agent");
 	struct moat_jail *j = calloc(1, sizeof *j);
 	if (!j)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "jail");
@@ -313,6 +317,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->st_rd = c->st_wr = -1;
 	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->gate_child[0] = c->gate_child[1] = -1;
+	c->tty_master = -1;
 	c->users_lock = c->users_range_ns = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
@@ -422,7 +427,7 @@ int moat_jail_spawn_finish(struct moat_jail *j, struct moat_err *e)
 	}
 	close(c->err_rd);
 	c->err_rd = -1;
-	if (jail_net_parent(c, e) < 0)
+	if (jail_pty_parent(c, e) < 0 || jail_net_parent(c, e) < 0)
 		goto fail;
 	/* The policy and launch are the caller's; we keep no pointer into them. */
 	c->p = NULL;
@@ -578,6 +583,18 @@ int moat_jail_wait(struct moat_jail *j, int64_t deadline_ms, const int *forward,
 			}
 		}
 	}
+}
+
+int moat_jail_tty(struct moat_jail *j)
+{
+	int fd = j->c.tty_master;
+	j->c.tty_master = -1;
+	return fd;
+}
+
+int moat_jail_wait_fd(const struct moat_jail *j)
+{
+	return j->c.st_rd;
 }
 
 int moat_jail_gate_fds(struct moat_jail *j, int fds[2])

@@ -13,6 +13,7 @@ suite, being strict) once moat is fixed.
 """
 import ctypes
 import errno
+import re
 import json
 import os
 import signal
@@ -1153,14 +1154,34 @@ for fd in ("/dev/tty",):
         print("TTYSTI", libc.ioctl(f, ctypes.c_ulong(termios.TIOCSTI), c), ctypes.get_errno())
     except OSError as e:
         print("TTY", e.errno)
+# a pty descriptor of another devpts than the sandbox's own: the caller's
+import stat
+pts = os.stat("/dev/pts").st_dev
+for n in os.listdir("/proc/self/fd"):
+    try:
+        st = os.stat(f"/proc/self/fd/{n}")
+    except OSError:
+        continue
+    if stat.S_ISCHR(st.st_mode) and 136 <= os.major(st.st_rdev) <= 143 and st.st_dev != pts:
+        print("FOREIGN", n)
+try:
+    print("NAME", os.ttyname(0), os.path.exists(os.ttyname(0)))
+except OSError as e:
+    print("NAME none", e.errno)
 print("DONE")
 """
 
 
 @pytest.mark.parametrize("ctty", [False, True])
-def test_tiocsti(ws, ctty):
-    rc, out, pending = run_in_pty([MOAT, "run", "-w", str(ws), "--", PY, "-c", TIOCSTI_CODE],
-                                  cwd=ws, ctty=ctty)
+@pytest.mark.parametrize("tty", ["auto", "--no-tty"])
+def test_tiocsti(ws, ctty, tty):
+    """Injection into the caller's terminal is refused by seccomp either
+    way; with a terminal of its own (the default on a tty) the sandbox
+    holds no descriptor of the caller's terminal at all, and what its pty
+    is (ttyname) exists inside."""
+    flags = [] if tty == "auto" else [tty]
+    rc, out, pending = run_in_pty([MOAT, "run", "-w", str(ws), *flags, "--", PY, "-c",
+                                   TIOCSTI_CODE], cwd=ws, ctty=ctty)
     text = out.decode(errors="replace")
     assert rc == 0, text
     assert "DONE" in text
@@ -1168,7 +1189,11 @@ def test_tiocsti(ws, ctty):
     assert f"STI_HI -1 {errno.EPERM}" in text
     assert f"LINUX -1 {errno.EPERM}" in text
     assert "TTYSTI 0" not in text
+    # nothing came back as input to the caller's terminal
     assert b"X" not in pending and b"Y" not in pending, pending
+    if tty == "auto":
+        assert "FOREIGN" not in text, text
+        assert re.search(r"NAME /dev/pts/\d+ True", text), text
 
 
 # ============================================================================

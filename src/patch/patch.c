@@ -616,6 +616,9 @@ int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
 	if (!moat_patch_peek(&c, &l))
 		return moat_patch_fail(e, "line 1: empty patch: expected '" BEGIN_PATCH
 			       "' or a unified diff");
+	if (!span_eq(trim(l), BEGIN_PATCH) && span_prefix(trim(l), "***"))
+		return moat_patch_fail(e, "line %zu: expected '" BEGIN_PATCH "', got '%s'",
+				       c.no, moat_patch_quote(q, sizeof q, l.s, l.len));
 	if (!span_eq(trim(l), BEGIN_PATCH)) {
 		/* not apply_patch: a unified diff, or neither (it says so) */
 		if (moat_udiff_parse(&c, &p, e) < 0 || check_duplicates(&p, e) < 0)

@@ -283,7 +283,8 @@ static int parse_hunk(struct cur *c, const char *path, size_t idx, struct moat_p
 			return moat_patch_fail(e,
 					       "line %zu: '%s': hunk %zu (at line %zu) has more %s "
 					       "lines than its header counts",
-					       c->no, qp, idx, h->line, op == '+' ? "new" : "old");
+					       c->no, qp, idx, h->line,
+					       op != '-' && nnew == v[3] ? "new" : "old");
 		nold += op != '+';
 		nnew += op != '-';
 		nlines++;
@@ -571,7 +572,9 @@ int moat_udiff_parse(struct cur *c, struct moat_patch *p, struct moat_err *e)
 	char q[QBUF];
 	struct span l;
 	size_t cap = 0;
-	const size_t first = c->no;
+	struct cur first = *c;
+	struct span fl;
+	moat_patch_peek(&first, &fl);
 	bool hunk_end = false; /* just after a file's last hunk */
 	while (moat_patch_peek(c, &l)) {
 		if (prefix(l, "diff --git ") || is_old_header(c, l)) {
@@ -596,7 +599,7 @@ int moat_udiff_parse(struct cur *c, struct moat_patch *p, struct moat_err *e)
 		return moat_patch_fail(e,
 				       "line %zu: neither apply_patch ('*** Begin Patch') nor a "
 				       "unified diff ('diff --git' or '--- '/'+++ ' then '@@' "
-				       "hunks)",
-				       first);
+				       "hunks), got '%s'",
+				       first.no, moat_patch_quote(q, sizeof q, fl.s, fl.len));
 	return 0;
 }

@@ -223,12 +223,12 @@ FUZZ_FLAGS   := -g -O1 -fsanitize=fuzzer,address,undefined \
 FUZZ_LIB     := src/gate/policy.c src/gate/addr.c src/gate/http_head.c \
                 src/gate/socks5.c src/gate/sni.c src/base/err.c src/base/util.c src/base/walk.c
 # Per target: its sources (FUZZ_LIB when none are named) and libraries.
-FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c src/base/walk.c
+FUZZ_BASE          := src/base/err.c src/base/util.c src/base/utf8.c src/base/walk.c src/base/tooltail.c
 FUZZ_SRC_frame     := src/proto/frame.c
 FUZZ_SRC_idnames   := src/agent/idnames.c src/base/utf8.c
 FUZZ_LIBS_frame    := -ljansson
 FUZZ_SRC_entries   := src/proto/entries.c $(FUZZ_BASE)
-FUZZ_SRC_patch     := src/patch/patch.c $(FUZZ_BASE)
+FUZZ_SRC_patch     := src/patch/patch.c src/patch/udiff.c $(FUZZ_BASE)
 FUZZ_SRC_archive   := src/serve/archive.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_archive  := -larchive
 FUZZ_SRC_image     := src/serve/image.c $(FUZZ_BASE)

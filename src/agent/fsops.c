@@ -971,9 +971,17 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			}
 		}
 		if (f->kind == MOAT_PATCH_ADD) {
+			struct stat ex;
 			c->op = "add";
-			if (write_file(c->at.dir, c->at.name, f->content, f->content_len, 0644, c->tmp,
-				       sizeof c->tmp) < 0) {
+			/* a diff's new file (git apply's rule): not over another */
+			if (f->exact && fstatat(c->at.dir, c->at.name, &ex, AT_SYMLINK_NOFOLLOW) == 0) {
+				agent_fail(r, "patch_failed", "%s: already exists (the diff creates it)",
+					   f->path);
+				failed = true;
+				break;
+			}
+			if (write_file(c->at.dir, c->at.name, f->content, f->content_len,
+				       f->mode ? f->mode : 0644, c->tmp, sizeof c->tmp) < 0) {
 				agent_fail(r, "patch_failed", "%s: %s", f->path, strerror(errno));
 				c->tmp[0] = '\0';
 				failed = true;
@@ -995,7 +1003,7 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			failed = true;
 			break;
 		}
-		if (f->kind == MOAT_PATCH_DELETE) {
+		if (f->kind == MOAT_PATCH_DELETE && !f->exact) {
 			close(fd);
 			c->op = "delete";
 			snprintf(c->from, sizeof c->from, "%s", c->path);
@@ -1022,6 +1030,22 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 			failed = true;
 			break;
 		}
+		if (f->kind == MOAT_PATCH_DELETE) { /* a diff's: it removed every line */
+			free(neu);
+			if (neulen) {
+				agent_fail(r, "patch_failed",
+					   "%s: the diff deletes it but does not remove all of its lines",
+					   f->path);
+				failed = true;
+				break;
+			}
+			c->op = "delete";
+			snprintf(c->from, sizeof c->from, "%s", c->path);
+			c->fromat = c->at;
+			c->at.dir = -1;
+			staged++;
+			continue;
+		}
 		c->op = "update";
 		if (f->move_to) {
 			c->op = "move";
@@ -1035,8 +1059,11 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 				break;
 			}
 		}
-		rc = write_file(c->at.dir, c->at.name, neu, neulen, st.st_mode & 0777, c->tmp,
-				sizeof c->tmp);
+		rc = write_file(c->at.dir, c->at.name, neu, neulen,
+				f->mode ? f->mode : st.st_mode & 0777, c->tmp, sizeof c->tmp);
+		/* a diff's mode change (write_file keeps a file's own mode) */
+		if (rc == 0 && f->mode && fchmodat(c->at.dir, c->tmp, f->mode, 0) < 0)
+			rc = -1;
 		free(neu);
 		staged++;
 		if (rc < 0) {

@@ -287,7 +287,9 @@ static const char patch_usage[] =
 	"usage: moat patch ID FILE|-\n"
 	"\n"
 	"Apply a patch in the apply_patch format (*** Begin Patch ... *** End Patch)\n"
-	"in sandbox ID, all or nothing, and print each changed file as \"OP PATH\".\n";
+	"or a unified diff (git diff, diff -u; paths relative to /workspace, a/ and b/\n"
+	"stripped, context matched exactly) in sandbox ID, all or nothing, and print\n"
+	"each changed file as \"OP PATH\".\n";
 
 int moat_client_patch(int argc, char **argv)
 {

@@ -14,7 +14,7 @@ static const struct {
 	{"ls", moat_client_ls, "list sandboxes"},
 	{"exec", moat_client_exec, "run a command in a sandbox"},
 	{"cp", moat_client_cp, "copy a file into or out of a sandbox"},
-	{"patch", moat_client_patch, "apply an apply_patch-format patch in a sandbox"},
+	{"patch", moat_client_patch, "apply a patch (apply_patch format or a unified diff) in a sandbox"},
 	{"ps", moat_client_ps, "list a sandbox's processes"},
 	{"kill", moat_client_kill, "signal a sandbox process"},
 	{"rm", moat_client_rm, "remove sandboxes"},

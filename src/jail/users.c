@@ -15,6 +15,7 @@
 #include "internal.h"
 
 #include "../base/cleanup.h"
+#include "../base/tooltail.h"
 #include "../base/util.h"
 
 #include <errno.h>
@@ -178,18 +179,35 @@ static int run_map_tool(const char *tool, pid_t pid, uint32_t sub, unsigned self
 	/* inside outside count: 0 sub 1000; 1000 self 1; 1001 sub+1000 64535 */
 	char *argv[] = {path, a[0], "0", a[1], a[5], a[5], a[2], "1", "1001", a[3], a[4], NULL};
 	char *envp[] = {"PATH=/usr/bin:/bin", NULL};
+	/* its stderr is its reason, which goes into the error (not raw into
+	 * the caller's terminal or log) */
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: pipe");
+	posix_spawn_file_actions_t fa;
+	int rc = posix_spawn_file_actions_init(&fa);
+	if (rc == 0 && (rc = posix_spawn_file_actions_adddup2(&fa, p[1], 2)) == 0)
+		rc = posix_spawn_file_actions_addopen(&fa, 1, "/dev/null", O_WRONLY, 0);
 	pid_t child;
-	int rc = posix_spawn(&child, path, NULL, NULL, argv, envp);
-	if (rc != 0)
+	if (rc == 0)
+		rc = posix_spawn(&child, path, &fa, NULL, argv, envp);
+	posix_spawn_file_actions_destroy(&fa);
+	close(p[1]);
+	if (rc != 0) {
+		close(p[0]);
 		return moat_err_set(e, MOAT_E_SYSTEM, rc, "users mode: run %s", path);
+	}
+	char why[MOAT_TAIL_MAX + 1];
+	moat_tail_read(p[0], why, sizeof why);
+	close(p[0]);
 	int st;
 	while (waitpid(child, &st, 0) < 0)
 		if (errno != EINTR)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "users mode: wait for %s", tool);
 	if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, EPERM,
-				    "users mode: %s failed (status %d): check /etc/subuid and "
-				    "/etc/subgid", tool, st);
+				    "users mode: %s failed (status %d)%s%s: check /etc/subuid and "
+				    "/etc/subgid", tool, st, why[0] ? ": " : "", why);
 	return 0;
 }
 

@@ -2,6 +2,7 @@
  * apply-patch (lenient marker trimming, seek with progressively looser line
  * comparison); deliberate differences are noted where they are made. */
 #include "patch/patch.h"
+#include "patch/patch_int.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -19,72 +20,7 @@
 #define MOVE_TO "*** Move to:"
 #define END_OF_FILE "*** End of File"
 
-/* An offending line is quoted up to this many bytes; escapes can make the
- * quote up to 4 times longer. */
-#define QUOTE_MAX 160
-#define QBUF (4 * QUOTE_MAX + 8)
-
-struct span {
-	const char *s;
-	size_t len;
-};
-
-/* One hunk line (op ' ', '-' or '+'; '@' for a "@@ text" header). The text
- * lives in the hunk's text block; 32-bit offsets suffice because a patch is
- * at most 16 MiB, and keep a hunk of many short lines small. */
-struct hline {
-	uint32_t off, len;
-	char op;
-};
-
-struct moat_patch_hunk {
-	struct hline *ctx; /* "@@ text" headers, sought one after the other */
-	size_t nctx;
-	struct hline *lines; /* the body, in order */
-	size_t nlines;
-	size_t nold; /* body lines that must match the file (' ' and '-') */
-	bool eof;    /* "*** End of File": anchored at the end */
-	size_t line; /* patch line where the hunk starts, for messages */
-	struct hline *items; /* one allocation holding ctx then lines */
-	char *text;
-};
-
 /* ---- strings and messages ------------------------------------------------ */
-
-static bool is_ws(unsigned char c)
-{
-	return c == ' ' || c == '\t' || c == '\r' || c == '\n' || c == '\v' ||
-	       c == '\f';
-}
-
-static struct span rtrim(struct span l)
-{
-	while (l.len && is_ws((unsigned char)l.s[l.len - 1]))
-		l.len--;
-	return l;
-}
-
-static struct span trim(struct span l)
-{
-	l = rtrim(l);
-	while (l.len && is_ws((unsigned char)*l.s)) {
-		l.s++;
-		l.len--;
-	}
-	return l;
-}
-
-static bool span_eq(struct span l, const char *lit)
-{
-	size_t n = strlen(lit);
-	return l.len == n && memcmp(l.s, lit, n) == 0;
-}
-
-static bool span_prefix(struct span l, const char *lit)
-{
-	size_t n = strlen(lit);
-	return l.len >= n && memcmp(l.s, lit, n) == 0;
-}
 
 /* Length of the well-formed UTF-8 character at u (1..4), 0 if there is none
  * (messages end up in JSON, which refuses invalid UTF-8). */
@@ -123,7 +59,7 @@ static size_t utf8_len(const unsigned char *u, size_t n)
 
 /* Render s for a message into q: control bytes and invalid UTF-8 escaped,
  * cut after QUOTE_MAX input bytes at a character boundary ("..." marks it). */
-static const char *quote(char *q, size_t cap, const char *s, size_t len)
+const char *moat_patch_quote(char *q, size_t cap, const char *s, size_t len)
 {
 	const unsigned char *u = (const unsigned char *)s;
 	size_t o = 0, i = 0;
@@ -161,8 +97,7 @@ static const char *quote(char *q, size_t cap, const char *s, size_t len)
 
 /* Set a MOAT_E_USAGE error. Quoted parts are valid UTF-8, but vsnprintf may
  * cut the message inside a character: drop such a tail. */
-__attribute__((format(printf, 2, 3))) static int fail(struct moat_err *e,
-						      const char *fmt, ...)
+int moat_patch_fail(struct moat_err *e, const char *fmt, ...)
 {
 	char buf[MOAT_ERR_MSG];
 	va_list ap;
@@ -183,21 +118,17 @@ __attribute__((format(printf, 2, 3))) static int fail(struct moat_err *e,
 	return moat_err_set(e, MOAT_E_USAGE, 0, "%s", buf);
 }
 
-static int oom(struct moat_err *e)
+int moat_patch_oom(struct moat_err *e)
 {
 	return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "apply_patch");
 }
 
 /* ---- reading the patch line by line -------------------------------------- */
 
-struct cur {
-	const char *p, *end;
-	size_t no; /* 1-based number of the line at p */
-};
 
 /* The line at c without its "\n" and a trailing "\r" (models and Windows
  * editors emit CRLF patches); false at the end of the text. */
-static bool peek(const struct cur *c, struct span *l)
+bool moat_patch_peek(const struct cur *c, struct span *l)
 {
 	if (c->p >= c->end)
 		return false;
@@ -209,7 +140,7 @@ static bool peek(const struct cur *c, struct span *l)
 	return true;
 }
 
-static void advance(struct cur *c)
+void moat_patch_advance(struct cur *c)
 {
 	const char *nl = memchr(c->p, '\n', (size_t)(c->end - c->p));
 	c->p = nl ? nl + 1 : c->end;
@@ -236,12 +167,12 @@ static int take_path(struct span t, const char *marker, size_t no, char **out,
 	struct span rest = {t.s + strlen(marker), t.len - strlen(marker)};
 	rest = trim(rest);
 	if (rest.len == 0)
-		return fail(e, "line %zu: missing path after '%s'", no, marker);
+		return moat_patch_fail(e, "line %zu: missing path after '%s'", no, marker);
 	if (memchr(rest.s, '\0', rest.len))
-		return fail(e, "line %zu: path contains a NUL byte: '%s'", no,
-			    quote(q, sizeof q, t.s, t.len));
+		return moat_patch_fail(e, "line %zu: path contains a NUL byte: '%s'", no,
+			    moat_patch_quote(q, sizeof q, t.s, t.len));
 	*out = strndup(rest.s, rest.len);
-	return *out ? 0 : oom(e);
+	return *out ? 0 : moat_patch_oom(e);
 }
 
 /* ---- Add File ------------------------------------------------------------- */
@@ -257,40 +188,40 @@ static int parse_add(struct cur *c, struct moat_patch_file *f,
 	struct cur scan = *c, last = *c;
 	size_t size = 0, pending = 0;
 	struct span l;
-	while (peek(&scan, &l)) {
+	while (moat_patch_peek(&scan, &l)) {
 		struct span t = trim(l);
 		if (l.len && l.s[0] == '+') {
 			size += pending + l.len; /* '+' dropped, "\n" added */
 			pending = 0;
-			advance(&scan);
+			moat_patch_advance(&scan);
 			last = scan;
 		} else if (t.len == 0) {
 			pending++;
-			advance(&scan);
+			moat_patch_advance(&scan);
 		} else if (span_prefix(t, "***")) {
 			break;
 		} else {
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: Add File '%s': every line must "
 				    "start with '+', got '%s'",
 				    scan.no,
-				    quote(qp, sizeof qp, f->path,
+				    moat_patch_quote(qp, sizeof qp, f->path,
 					  strlen(f->path)),
-				    quote(q, sizeof q, l.s, l.len));
+				    moat_patch_quote(q, sizeof q, l.s, l.len));
 		}
 	}
 	f->content = malloc(size + 1);
 	if (!f->content)
-		return oom(e);
+		return moat_patch_oom(e);
 	size_t o = 0;
 	while (c->p < last.p) {
-		peek(c, &l);
+		moat_patch_peek(c, &l);
 		if (l.len && l.s[0] == '+') {
 			memcpy(f->content + o, l.s + 1, l.len - 1);
 			o += l.len - 1;
 		}
 		f->content[o++] = '\n';
-		advance(c);
+		moat_patch_advance(c);
 	}
 	f->content[o] = '\0';
 	f->content_len = o;
@@ -384,24 +315,24 @@ static int parse_hunk(struct cur *c, const struct moat_patch_file *f,
 	size_t nctx = 0, nlines = 0, nold = 0, bytes = 0;
 	struct span l, t;
 	char op;
-	quote(qp, sizeof qp, f->path, strlen(f->path));
+	moat_patch_quote(qp, sizeof qp, f->path, strlen(f->path));
 
 	h->line = c->no;
-	while (peek(c, &l) && span_prefix(l, "@@")) {
+	while (moat_patch_peek(c, &l) && span_prefix(l, "@@")) {
 		if (header_context(l, &t)) {
 			nctx++;
 			bytes += t.len;
 		}
-		advance(c);
+		moat_patch_advance(c);
 	}
 	if (c->no == start.no && !first) {
-		peek(c, &l);
-		return fail(e,
+		moat_patch_peek(c, &l);
+		return moat_patch_fail(e,
 			    "line %zu: Update File '%s': expected '@@' to start "
 			    "the next hunk, got '%s'",
-			    c->no, qp, quote(q, sizeof q, l.s, l.len));
+			    c->no, qp, moat_patch_quote(q, sizeof q, l.s, l.len));
 	}
-	while (peek(c, &l)) {
+	while (moat_patch_peek(c, &l)) {
 		enum lkind k = classify(l, &op, &t);
 		if (k == L_HDR || k == L_DIR)
 			break;
@@ -409,27 +340,27 @@ static int parse_hunk(struct cur *c, const struct moat_patch_file *f,
 			if (nlines == 0)
 				break; /* reported below as an empty hunk */
 			h->eof = true;
-			advance(c);
+			moat_patch_advance(c);
 			break;
 		}
 		if (k == L_BAD)
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: Update File '%s': hunk lines must "
 				    "start with ' ', '-', '+' or '@@', got '%s'",
-				    c->no, qp, quote(q, sizeof q, l.s, l.len));
+				    c->no, qp, moat_patch_quote(q, sizeof q, l.s, l.len));
 		nlines++;
 		nold += op != '+';
 		bytes += t.len;
-		advance(c);
+		moat_patch_advance(c);
 	}
 	if (nlines == 0)
-		return fail(e, "line %zu: Update File '%s': hunk has no lines",
+		return moat_patch_fail(e, "line %zu: Update File '%s': hunk has no lines",
 			    h->line, qp);
 
 	h->items = calloc(nctx + nlines, sizeof *h->items);
 	h->text = malloc(bytes + 1);
 	if (!h->items || !h->text)
-		return oom(e);
+		return moat_patch_oom(e);
 	h->ctx = h->items;
 	h->lines = h->items + nctx;
 	h->nold = nold;
@@ -438,22 +369,22 @@ static int parse_hunk(struct cur *c, const struct moat_patch_file *f,
 	struct cur r = start;
 	size_t o = 0;
 	struct hline *hl;
-	while (peek(&r, &l) && span_prefix(l, "@@")) {
+	while (moat_patch_peek(&r, &l) && span_prefix(l, "@@")) {
 		if (header_context(l, &t)) {
 			hl = &h->ctx[h->nctx++];
-			*hl = (struct hline){(uint32_t)o, (uint32_t)t.len, '@'};
+			*hl = (struct hline){(uint32_t)o, (uint32_t)t.len, '@', false, false};
 			memcpy(h->text + o, t.s, t.len);
 			o += t.len;
 		}
-		advance(&r);
+		moat_patch_advance(&r);
 	}
-	while (h->nlines < nlines && peek(&r, &l)) {
+	while (h->nlines < nlines && moat_patch_peek(&r, &l)) {
 		classify(l, &op, &t);
 		hl = &h->lines[h->nlines++];
-		*hl = (struct hline){(uint32_t)o, (uint32_t)t.len, op};
+		*hl = (struct hline){(uint32_t)o, (uint32_t)t.len, op, false, false};
 		memcpy(h->text + o, t.s, t.len);
 		o += t.len;
-		advance(&r);
+		moat_patch_advance(&r);
 	}
 	h->text[o] = '\0';
 	return 0;
@@ -465,21 +396,21 @@ static int parse_update(struct cur *c, struct moat_patch_file *f,
 	char qp[QBUF];
 	struct span l;
 	size_t cap = 0;
-	if (peek(c, &l) && span_prefix(trim(l), MOVE_TO)) {
+	if (moat_patch_peek(c, &l) && span_prefix(trim(l), MOVE_TO)) {
 		if (take_path(trim(l), MOVE_TO, c->no, &f->move_to, e) < 0)
 			return -1;
-		advance(c);
+		moat_patch_advance(c);
 	}
-	while (peek(c, &l)) {
+	while (moat_patch_peek(c, &l)) {
 		if (trim(l).len == 0) { /* blank lines between hunks */
-			advance(c);
+			moat_patch_advance(c);
 			continue;
 		}
 		char op;
 		struct span t;
 		enum lkind k = classify(l, &op, &t);
 		if (k == L_EOF)
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: '" END_OF_FILE
 				    "' must follow a hunk's lines",
 				    c->no);
@@ -490,7 +421,7 @@ static int parse_update(struct cur *c, struct moat_patch_file *f,
 			struct moat_patch_hunk *nh =
 				realloc(f->hunks, ncap * sizeof *nh);
 			if (!nh)
-				return oom(e);
+				return moat_patch_oom(e);
 			f->hunks = nh;
 			cap = ncap;
 		}
@@ -503,8 +434,8 @@ static int parse_update(struct cur *c, struct moat_patch_file *f,
 	/* A Move to alone is a rename (the Agents SDK sends one as an
 	 * update_file with an empty diff); without it there is nothing to do. */
 	if (f->nhunks == 0 && !f->move_to)
-		return fail(e, "line %zu: Update File '%s' has no hunks",
-			    f->line, quote(qp, sizeof qp, f->path,
+		return moat_patch_fail(e, "line %zu: Update File '%s' has no hunks",
+			    f->line, moat_patch_quote(qp, sizeof qp, f->path,
 					   strlen(f->path)));
 	return 0;
 }
@@ -535,17 +466,17 @@ static int check_duplicates(const struct moat_patch *p, struct moat_err *e)
 	for (size_t i = 0; i < p->n; i++) {
 		const struct moat_patch_file *f = &p->files[i];
 		if (f->move_to && strcmp(f->move_to, f->path) == 0)
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: '*** Move to:' names the file "
 				    "being updated: '%s'",
 				    f->line + 1,
-				    quote(qp, sizeof qp, f->path,
+				    moat_patch_quote(qp, sizeof qp, f->path,
 					  strlen(f->path)));
 		n += f->move_to ? 2 : 1;
 	}
 	struct name *v = calloc(n, sizeof *v);
 	if (!v)
-		return oom(e);
+		return moat_patch_oom(e);
 	size_t k = 0;
 	for (size_t i = 0; i < p->n; i++) {
 		v[k++] = (struct name){p->files[i].path, p->files[i].line};
@@ -556,11 +487,11 @@ static int check_duplicates(const struct moat_patch *p, struct moat_err *e)
 	qsort(v, n, sizeof *v, name_cmp);
 	for (size_t i = 1; i < n; i++) {
 		if (strcmp(v[i - 1].s, v[i].s) == 0) {
-			int r = fail(e,
+			int r = moat_patch_fail(e,
 				     "line %zu: '%s' appears twice in the patch "
 				     "(first at line %zu)",
 				     v[i].line,
-				     quote(qp, sizeof qp, v[i].s,
+				     moat_patch_quote(qp, sizeof qp, v[i].s,
 					   strlen(v[i].s)),
 				     v[i - 1].line);
 			free(v);
@@ -578,14 +509,14 @@ static int parse_sections(struct cur *c, struct moat_patch *p,
 	struct span l;
 	size_t cap = 0;
 	for (;;) {
-		if (!peek(c, &l))
-			return fail(e,
+		if (!moat_patch_peek(c, &l))
+			return moat_patch_fail(e,
 				    "line %zu: missing '" END_PATCH
 				    "' at the end of the patch",
 				    c->no - 1);
 		struct span t = trim(l);
 		if (t.len == 0) {
-			advance(c);
+			moat_patch_advance(c);
 			continue;
 		}
 		if (span_eq(t, END_PATCH))
@@ -603,25 +534,25 @@ static int parse_sections(struct cur *c, struct moat_patch *p,
 			kind = MOAT_PATCH_UPDATE;
 			marker = UPDATE_FILE;
 		} else if (span_prefix(t, MOVE_TO)) {
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: '" MOVE_TO
 				    "' must directly follow '" UPDATE_FILE
 				    " PATH': '%s'",
-				    c->no, quote(q, sizeof q, l.s, l.len));
+				    c->no, moat_patch_quote(q, sizeof q, l.s, l.len));
 		} else if (span_eq(t, END_OF_FILE)) {
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: '" END_OF_FILE
 				    "' must follow a hunk's lines",
 				    c->no);
 		} else if (span_prefix(t, "***")) {
-			return fail(e, "line %zu: unknown directive '%s'", c->no,
-				    quote(q, sizeof q, l.s, l.len));
+			return moat_patch_fail(e, "line %zu: unknown directive '%s'", c->no,
+				    moat_patch_quote(q, sizeof q, l.s, l.len));
 		} else {
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: expected '" ADD_FILE "', '" DELETE_FILE
 				    "', '" UPDATE_FILE "' or '" END_PATCH
 				    "', got '%s'",
-				    c->no, quote(q, sizeof q, l.s, l.len));
+				    c->no, moat_patch_quote(q, sizeof q, l.s, l.len));
 		}
 
 		if (p->n == cap) {
@@ -629,7 +560,7 @@ static int parse_sections(struct cur *c, struct moat_patch *p,
 			struct moat_patch_file *nf =
 				realloc(p->files, ncap * sizeof *nf);
 			if (!nf)
-				return oom(e);
+				return moat_patch_oom(e);
 			p->files = nf;
 			cap = ncap;
 		}
@@ -640,7 +571,7 @@ static int parse_sections(struct cur *c, struct moat_patch *p,
 		f->line = c->no;
 		if (take_path(t, marker, c->no, &f->path, e) < 0)
 			return -1;
-		advance(c);
+		moat_patch_advance(c);
 		int r = 0;
 		if (kind == MOAT_PATCH_ADD)
 			r = parse_add(c, f, e);
@@ -665,47 +596,54 @@ int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
 		len = 0;
 	}
 	if (len > MOAT_PATCH_MAX_LEN)
-		return fail(e, "patch is %zu bytes, over the 16 MiB limit",
+		return moat_patch_fail(e, "patch is %zu bytes, over the 16 MiB limit",
 			    len);
 	/* Bound every line up front so no later step meets a huge one. */
 	struct cur c = {text, text + len, 1};
-	for (; c.p < c.end; advance(&c)) {
+	for (; c.p < c.end; moat_patch_advance(&c)) {
 		const char *nl = memchr(c.p, '\n', (size_t)(c.end - c.p));
 		size_t n = (size_t)((nl ? nl : c.end) - c.p);
 		if (n > MOAT_PATCH_MAX_LINE)
-			return fail(e,
+			return moat_patch_fail(e,
 				    "line %zu: %zu bytes long, over the 1 MiB "
 				    "line limit",
 				    c.no, n);
 	}
 
 	c = (struct cur){text, text + len, 1};
-	while (peek(&c, &l) && trim(l).len == 0)
-		advance(&c);
-	if (!peek(&c, &l))
-		return fail(e, "line 1: empty patch: expected '" BEGIN_PATCH
-			       "'");
-	if (!span_eq(trim(l), BEGIN_PATCH))
-		return fail(e, "line %zu: expected '" BEGIN_PATCH "', got '%s'",
-			    c.no, quote(q, sizeof q, l.s, l.len));
-	advance(&c);
+	while (moat_patch_peek(&c, &l) && trim(l).len == 0)
+		moat_patch_advance(&c);
+	if (!moat_patch_peek(&c, &l))
+		return moat_patch_fail(e, "line 1: empty patch: expected '" BEGIN_PATCH
+			       "' or a unified diff");
+	if (!span_eq(trim(l), BEGIN_PATCH) && span_prefix(trim(l), "***"))
+		return moat_patch_fail(e, "line %zu: expected '" BEGIN_PATCH "', got '%s'",
+				       c.no, moat_patch_quote(q, sizeof q, l.s, l.len));
+	if (!span_eq(trim(l), BEGIN_PATCH)) {
+		/* not apply_patch: a unified diff, or neither (it says so) */
+		if (moat_udiff_parse(&c, &p, e) < 0 || check_duplicates(&p, e) < 0)
+			goto fail;
+		*out = p;
+		return 0;
+	}
+	moat_patch_advance(&c);
 
 	if (parse_sections(&c, &p, e) < 0)
 		goto fail;
 	size_t end_line = c.no;
-	advance(&c);
-	while (peek(&c, &l)) {
+	moat_patch_advance(&c);
+	while (moat_patch_peek(&c, &l)) {
 		if (trim(l).len) {
-			fail(e,
+			moat_patch_fail(e,
 			     "line %zu: unexpected text after '" END_PATCH
 			     "': '%s'",
-			     c.no, quote(q, sizeof q, l.s, l.len));
+			     c.no, moat_patch_quote(q, sizeof q, l.s, l.len));
 			goto fail;
 		}
-		advance(&c);
+		moat_patch_advance(&c);
 	}
 	if (p.n == 0) {
-		fail(e,
+		moat_patch_fail(e,
 		     "line %zu: the patch has no '*** Add File:', "
 		     "'*** Delete File:' or '*** Update File:' section",
 		     end_line);
@@ -749,6 +687,7 @@ struct fline {
 	size_t len;
 	bool cr; /* ended in "\r\n" */
 	bool nl; /* ended in a newline at all (only the last line may not) */
+	bool rawcr; /* ended in "\r", before "\n" or not (exact sections) */
 };
 
 /* Fold the character at s[*i] like Codex's last matching pass: Unicode
@@ -909,9 +848,28 @@ static void put_fline(struct outb *o, const struct fline *fl, const char *eol)
 		put(o, eol, strlen(eol));
 }
 
+/* An exact section's kept line: its bytes as they were. */
+static void put_exact(struct outb *o, const struct fline *fl)
+{
+	put(o, fl->s, fl->len);
+	if (fl->rawcr)
+		put(o, "\r", 1);
+	if (fl->nl)
+		put(o, "\n", 1);
+}
+
+static void put_kept(struct outb *o, const struct fline *fl, const char *eol)
+{
+	if (eol)
+		put_fline(o, fl, eol);
+	else
+		put_exact(o, fl);
+}
+
 /* Run once to count and once to write. Context lines copy the file's line,
  * not the patch's: they matched perhaps only up to whitespace, and a context
- * line is not meant to change (Codex writes the patch's version). */
+ * line is not meant to change (Codex writes the patch's version). eol NULL:
+ * an exact section, whose added lines end as the diff wrote them. */
 static void emit(struct outb *o, const struct fline *fl, size_t n,
 		 const struct rep *reps, size_t nrep, const char *eol)
 {
@@ -922,24 +880,29 @@ static void emit(struct outb *o, const struct fline *fl, size_t n,
 			if (r->tail != (bool)tail)
 				continue;
 			while (cur < r->at)
-				put_fline(o, &fl[cur++], eol);
+				put_kept(o, &fl[cur++], eol);
 			size_t k = r->at;
 			for (size_t j = 0; j < r->nops; j++) {
 				const struct hline *hl = &r->h->lines[j];
 				if (hl->op == ' ') {
-					put_fline(o, &fl[k++], eol);
+					put_kept(o, &fl[k++], eol);
 				} else if (hl->op == '-') {
 					k++;
 				} else {
 					put(o, r->h->text + hl->off, hl->len);
-					put(o, eol, strlen(eol));
+					if (eol)
+						put(o, eol, strlen(eol));
+					else if (hl->cr)
+						put(o, hl->nonl ? "\r" : "\r\n", hl->nonl ? 1 : 2);
+					else if (!hl->nonl)
+						put(o, "\n", 1);
 				}
 			}
 			cur = k;
 		}
 	}
 	while (cur < n)
-		put_fline(o, &fl[cur++], eol);
+		put_kept(o, &fl[cur++], eol);
 }
 
 static int not_found(const struct moat_patch_file *f, size_t hunk_no,
@@ -953,7 +916,7 @@ static int not_found(const struct moat_patch_file *f, size_t hunk_no,
 		const struct hline *hl = &h->lines[j];
 		if (hl->op == '+')
 			continue;
-		quote(q, sizeof q, h->text + hl->off, hl->len);
+		moat_patch_quote(q, sizeof q, h->text + hl->off, hl->len);
 		size_t need = strlen(q) + 4;
 		if (o + need + 5 > sizeof lines) {
 			memcpy(lines + o, " ...", 5);
@@ -962,10 +925,10 @@ static int not_found(const struct moat_patch_file *f, size_t hunk_no,
 		o += (size_t)snprintf(lines + o, sizeof lines - o, "%s'%s'",
 				      o ? ", " : "", q);
 	}
-	return fail(e,
+	return moat_patch_fail(e,
 		    "%s: could not find context %s(hunk %zu at patch line "
 		    "%zu): %s",
-		    quote(qp, sizeof qp, f->path, strlen(f->path)),
+		    moat_patch_quote(qp, sizeof qp, f->path, strlen(f->path)),
 		    h->eof ? "at the end of the file " : "", hunk_no, h->line,
 		    lines);
 }
@@ -985,7 +948,7 @@ static int split_lines(const char *old, size_t old_len, struct fline **out,
 		return 0;
 	struct fline *fl = calloc(count, sizeof *fl);
 	if (!fl)
-		return oom(e);
+		return moat_patch_oom(e);
 	const char *p = old, *end = old + old_len;
 	for (size_t i = 0; i < count; i++) {
 		const char *nl = memchr(p, '\n', (size_t)(end - p));
@@ -995,6 +958,7 @@ static int split_lines(const char *old, size_t old_len, struct fline **out,
 		if (fl[i].len && p[fl[i].len - 1] == '\r') {
 			fl[i].len--;
 			fl[i].cr = fl[i].nl;
+			fl[i].rawcr = true;
 		}
 		p = nl ? nl + 1 : end;
 	}
@@ -1016,12 +980,12 @@ static int locate(const struct moat_patch_file *f, const struct fline *fl,
 			const struct hline *c = &h->ctx[j];
 			struct span s = {h->text + c->off, c->len};
 			if (!seek(fl, n, &s, 1, from, false, &at))
-				return fail(e,
+				return moat_patch_fail(e,
 					    "%s: could not find context '@@ %s' "
 					    "(hunk %zu at patch line %zu)",
-					    quote(qp, sizeof qp, f->path,
+					    moat_patch_quote(qp, sizeof qp, f->path,
 						  strlen(f->path)),
-					    quote(q, sizeof q, s.s, s.len),
+					    moat_patch_quote(q, sizeof q, s.s, s.len),
 					    i + 1, h->line);
 			from = at + 1;
 		}
@@ -1061,26 +1025,115 @@ static int locate(const struct moat_patch_file *f, const struct fline *fl,
 	return 0;
 }
 
+/* ---- exact sections (unified diffs) -------------------------------------- */
+
+/* A diff's ' ' or '-' line against a file line: the same bytes, the same
+ * "\r", and a newline unless the diff says there is none. */
+static bool exact_eq(const struct fline *fl, const struct moat_patch_hunk *h,
+		     const struct hline *hl)
+{
+	return fl->len == hl->len && !memcmp(fl->s, h->text + hl->off, hl->len) &&
+	       fl->rawcr == hl->cr && fl->nl == !hl->nonl;
+}
+
+static bool exact_at(const struct fline *fl, const struct moat_patch_hunk *h, size_t at)
+{
+	size_t k = at;
+	for (size_t j = 0; j < h->nlines; j++)
+		if (h->lines[j].op != '+' && !exact_eq(&fl[k++], h, &h->lines[j]))
+			return false;
+	return true;
+}
+
+static int exact_fail(const struct moat_patch_file *f, size_t i,
+		      const struct moat_patch_hunk *h, size_t want, const char *why,
+		      struct moat_err *e)
+{
+	char qp[QBUF], q[QBUF] = "";
+	for (size_t j = 0; j < h->nlines; j++)
+		if (h->lines[j].op != '+') {
+			moat_patch_quote(q, sizeof q, h->text + h->lines[j].off,
+					 h->lines[j].len);
+			break;
+		}
+	return moat_patch_fail(
+		e,
+		"%s: hunk %zu (@@ -%zu,%zu +%zu,%zu @@ at patch line %zu) %s "
+		"(sought from line %zu, exactly, no fuzz); its first old line: '%s'",
+		moat_patch_quote(qp, sizeof qp, f->path, strlen(f->path)), i + 1,
+		h->old_start, h->old_count, h->new_start, h->new_count, h->line, why,
+		want + 1, q);
+}
+
+/* Each hunk where its line numbers say (shifted by the offset the hunk
+ * before it was found at), else the nearest exact match after the hunk
+ * before; like git apply, no line is matched loosely. */
+static int locate_exact(const struct moat_patch_file *f, const struct fline *fl,
+			size_t n, struct rep *reps, struct moat_err *e)
+{
+	size_t from = 0;
+	long long shift = 0;
+	for (size_t i = 0; i < f->nhunks; i++) {
+		const struct moat_patch_hunk *h = &f->hunks[i];
+		size_t m = h->nold;
+		long long w = (long long)(m ? h->old_start - 1 : h->old_start) + shift;
+		size_t want = w < (long long)from ? from : (size_t)w;
+		bool found = false;
+		size_t at = 0;
+		if (m == 0) { /* no context to check: where it says */
+			found = want <= n;
+			at = want;
+		} else if (m <= n && from <= n - m) {
+			size_t last = n - m;
+			if (want > last)
+				want = last;
+			for (size_t d = 0; !found && (want >= from + d || want + d <= last); d++) {
+				if (want + d <= last && exact_at(fl, h, want + d)) {
+					at = want + d;
+					found = true;
+				} else if (d && want >= from + d && exact_at(fl, h, want - d)) {
+					at = want - d;
+					found = true;
+				}
+			}
+		}
+		if (!found)
+			return exact_fail(f, i, h, want, "does not match the file", e);
+		/* a last line without a newline ends the new file */
+		bool nonl = h->nlines && h->lines[h->nlines - 1].op != '-' &&
+			    h->lines[h->nlines - 1].nonl;
+		for (size_t j = 0; j < h->nlines && !nonl; j++)
+			nonl = h->lines[j].op == '+' && h->lines[j].nonl;
+		if (nonl && (at + m != n || i + 1 != f->nhunks))
+			return exact_fail(f, i, h, want,
+					  "ends the file without a newline but is not at its end", e);
+		reps[i] = (struct rep){at, m, h->nlines, h, false};
+		shift = (long long)at - (long long)(m ? h->old_start - 1 : h->old_start);
+		from = at + m;
+	}
+	return 0;
+}
+
 int moat_patch_apply(const struct moat_patch_file *f, const char *old,
 		     size_t old_len, char **out, size_t *out_len,
 		     struct moat_err *e)
 {
 	char qp[QBUF];
-	if (f->kind != MOAT_PATCH_UPDATE)
-		return fail(e, "%s: not an '*** Update File:' section",
-			    quote(qp, sizeof qp, f->path, strlen(f->path)));
+	if (f->kind != MOAT_PATCH_UPDATE && !(f->exact && f->kind == MOAT_PATCH_DELETE))
+		return moat_patch_fail(e, "%s: not an '*** Update File:' section",
+			    moat_patch_quote(qp, sizeof qp, f->path, strlen(f->path)));
 	if (!old) {
 		old = "";
 		old_len = 0;
 	}
 	if (old_len > SIZE_MAX / 4) /* keeps the output size from wrapping */
-		return fail(e, "%s: file too large",
-			    quote(qp, sizeof qp, f->path, strlen(f->path)));
+		return moat_patch_fail(e, "%s: file too large",
+			    moat_patch_quote(qp, sizeof qp, f->path, strlen(f->path)));
 
 	if (f->nhunks == 0) { /* a pure move: the bytes as they are */
 		char *b = malloc(old_len + 1);
 		if (!b)
-			return oom(e);
+			return moat_patch_oom(e);
 		memcpy(b, old, old_len);
 		b[old_len] = '\0';
 		*out = b;
@@ -1091,8 +1144,9 @@ int moat_patch_apply(const struct moat_patch_file *f, const char *old,
 	size_t n, maxold = 1;
 	if (split_lines(old, old_len, &fl, &n, e) < 0)
 		return -1;
-	/* New lines take the file's style, judged by its first line. */
-	const char *eol = n && fl[0].cr ? "\r\n" : "\n";
+	/* New lines take the file's style, judged by its first line (an exact
+	 * section's, the diff's). */
+	const char *eol = f->exact ? NULL : n && fl[0].cr ? "\r\n" : "\n";
 	for (size_t i = 0; i < f->nhunks; i++)
 		if (f->hunks[i].nold > maxold)
 			maxold = f->hunks[i].nold;
@@ -1100,17 +1154,17 @@ int moat_patch_apply(const struct moat_patch_file *f, const char *old,
 	struct rep *reps = calloc(f->nhunks ? f->nhunks : 1, sizeof *reps);
 	int r = -1;
 	if (!pat || !reps) {
-		oom(e);
+		moat_patch_oom(e);
 		goto done;
 	}
-	if (locate(f, fl, n, pat, reps, e) < 0)
+	if ((f->exact ? locate_exact(f, fl, n, reps, e) : locate(f, fl, n, pat, reps, e)) < 0)
 		goto done;
 
 	struct outb o = {NULL, 0};
 	emit(&o, fl, n, reps, f->nhunks, eol);
 	o.b = malloc(o.len + 1);
 	if (!o.b) {
-		oom(e);
+		moat_patch_oom(e);
 		goto done;
 	}
 	o.len = 0;

@@ -1,10 +1,12 @@
 /* apply_patch: parse patches in the Codex / OpenAI Agents SDK format
- * ("*** Begin Patch" ... "*** End Patch") and compute updated file contents.
+ * ("*** Begin Patch" ... "*** End Patch") or unified diffs (git diff,
+ * diff -u: the same sections, exact) and compute updated file contents.
  * Pure code: no I/O, so the caller validates paths, reads and writes files,
  * and can check every section before changing anything (all or nothing). */
 #ifndef MOAT_PATCH_H
 #define MOAT_PATCH_H
 
+#include <stdbool.h>
 #include <stddef.h>
 
 #include <moat/err.h>
@@ -26,6 +28,12 @@ struct moat_patch_file {
 	struct moat_patch_hunk *hunks;
 	size_t nhunks;
 	size_t line; /* patch line of the section's "*** ... File:" header */
+	/* From a unified diff: hunks at their line numbers (an offset allowed,
+	 * no fuzz), context compared exactly, line ends kept as written; an
+	 * ADD must not overwrite a file, a DELETE's hunks must match the
+	 * whole file (the caller applies them and expects nothing left). */
+	bool exact;
+	unsigned mode; /* 0644 or 0755 from the diff's mode lines; 0: keep / default */
 };
 
 struct moat_patch {
@@ -33,8 +41,10 @@ struct moat_patch {
 	size_t n;
 };
 
-/* Parse the whole patch text. Errors (MOAT_E_USAGE) name the line number and
- * quote the offending line. On failure *out is left empty ({NULL, 0}). */
+/* Parse the whole patch text: apply_patch when its first line is
+ * "*** Begin Patch", else a unified diff. Errors (MOAT_E_USAGE) name the
+ * line number (and for a diff the file) and quote the offending line. On
+ * failure *out is left empty ({NULL, 0}). */
 int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
 		     struct moat_err *e);
 
@@ -46,7 +56,10 @@ int moat_patch_parse(const char *text, size_t len, struct moat_patch *out,
  * hunks (a pure Move to) keeps the bytes exactly. *out is malloc'd and
  * NUL-terminated (not counted in *out_len). On failure e says
  * "<path>: could not find context ..." quoting the lines that did not match,
- * and *out is not touched. */
+ * and *out is not touched. An exact section (a unified diff's, also a
+ * DELETE) is applied as its hunks' line numbers say, nothing loosened; a
+ * hunk that does not match says "<path>: hunk N (@@ ... @@ at patch line
+ * L) does not match ...". */
 int moat_patch_apply(const struct moat_patch_file *f, const char *old,
 		     size_t old_len, char **out, size_t *out_len,
 		     struct moat_err *e);

@@ -3,6 +3,7 @@
 #include "clone.h"
 
 #include "../base/exe.h"
+#include "../base/tooltail.h"
 #include "../base/utf8.h"
 #include "../base/util.h"
 #include "gate/policy.h"
@@ -123,6 +124,12 @@ static int check_one(const char *where, json_t *v, const json_t *net,
 	const char *repo = json_string_value(json_object_get(v, "repo"));
 	if (!repo)
 		return 0; /* manifest_build names what is wrong */
+	const char *ref = json_string_value(json_object_get(v, "ref"));
+	for (const char *const *s = (const char *const[]){repo, ref ? ref : "", NULL}; *s; s++)
+		for (const char *p = *s; *p; p++)
+			if ((unsigned char)*p < 0x20 || *p == 0x7f) /* else quoted back raw */
+				return bad(e, where, "%s contains a control character",
+					   *s == repo ? "repo" : "ref");
 	if (disk)
 		return bad(e, where, "a git_repo entry cannot be combined with limits.disk "
 			   "(the clone goes into the workspace before the start, and a disk "
@@ -346,7 +353,8 @@ static void run_opts(struct moat_strv *a, const struct clone_ctx *c, const char 
 	add(a, "--");
 }
 
-/* Run argv; 0 when it exited 0. The last line of its stderr goes to msg. */
+/* Run argv; 0 when it exited 0. The end of its stderr, quoted (git's
+ * words, partly the remote's), goes to msg. */
 static int run(struct moat_strv *argv, char *msg, size_t cap)
 {
 	msg[0] = '\0';
@@ -373,42 +381,19 @@ static int run(struct moat_strv *argv, char *msg, size_t cap)
 		close(p[0]);
 		return -1;
 	}
-	char buf[4096];
-	size_t len = 0;
-	for (;;) {
-		if (len == sizeof buf) { /* keep the end */
-			memmove(buf, buf + sizeof buf / 2, sizeof buf / 2);
-			len = sizeof buf / 2;
-		}
-		ssize_t n = read(p[0], buf + len, sizeof buf - len);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n <= 0)
-			break;
-		len += (size_t)n;
-	}
+	moat_tail_read(p[0], msg, cap); /* a read error still waits for the child */
 	close(p[0]);
 	int st;
 	while (waitpid(pid, &st, 0) < 0)
 		if (errno != EINTR)
 			return -1;
-	while (len && (buf[len - 1] == '\n' || buf[len - 1] == '\r'))
-		len--;
-	size_t start = len;
-	while (start && buf[start - 1] != '\n')
-		start--;
-	size_t o = 0;
-	for (size_t i = start; i < len && o + 1 < cap; i++)
-		msg[o++] = (unsigned char)buf[i] < 0x20 || buf[i] == 0x7f ? ' ' : buf[i];
-	msg[o] = '\0';
-	moat_utf8_clean(msg);
 	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
 }
 
 int clone_run(const struct clone_ctx *c, const char *seed, const char *where, const char *rel,
 	      const char *repo, const char *src, const char *ref, struct moat_err *e)
 {
-	char ws[PATH_MAX], msg[400];
+	char ws[PATH_MAX], msg[MOAT_TAIL_MAX + 1];
 	if (!realpath(seed, ws))
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "%s: seed directory", where);
 	struct moat_strv a = {0};
@@ -431,7 +416,7 @@ int clone_run(const struct clone_ctx *c, const char *seed, const char *where, co
 	int rc = run(&a, msg, sizeof msg);
 	moat_strv_free(&a);
 	if (rc < 0) {
-		moat_err_set(e, MOAT_E_USAGE, 0, "%s: git clone %.300s failed%s%s", where, repo,
+		moat_err_set(e, MOAT_E_USAGE, 0, "%s: git clone %.200s failed%s%s", where, repo,
 			     msg[0] ? ": " : "", msg);
 		moat_utf8_clean(e->msg); /* cut at byte counts: JSON needs UTF-8 */
 		e->errnum = EINVAL;

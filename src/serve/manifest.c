@@ -196,6 +196,14 @@ void manifest_set_git(manifest_git_fn fn, void *arg)
 	git_arg = arg;
 }
 
+static bool has_control(const char *s)
+{
+	for (; *s; s++)
+		if ((unsigned char)*s < 0x20 || *s == 0x7f)
+			return true;
+	return false;
+}
+
 /* Validated here; cloned by the sink (src/serve/clone.c: into the
  * workspace, in a throwaway sandbox), never by the daemon itself. */
 static int git_entry(struct mctx *c, const char *where, json_t *v, const char *rel)
@@ -207,6 +215,11 @@ static int git_entry(struct mctx *c, const char *where, json_t *v, const char *r
 		return fail(c, EINVAL, where, "repo must be a URL or a host path%s", "");
 	if (refv && !json_is_null(refv) && (!ref || !*ref || ref[0] == '-'))
 		return fail(c, EINVAL, where, "ref must be a branch, tag or commit%s", "");
+	/* no name git takes has them, and they would be quoted back raw
+	 * (into a terminal, by a client that prints the error) */
+	if (has_control(repo) || (ref && has_control(ref)))
+		return fail(c, EINVAL, where, "%s contains a control character",
+			    has_control(repo) ? "repo" : "ref");
 	char *src = NULL;
 	if (repo[0] == '/') {
 		src = host_path(c, where, repo);

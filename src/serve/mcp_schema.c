@@ -63,7 +63,8 @@ static const struct mcp_arg patch_args[] = {
 	ID_ARG,
 	{"patch", MA_STRING, true, 0, 0,
 	 "*** Begin Patch / *** Add File: P / *** Update File: P (with @@ hunks of ' ', '-', "
-	 "'+' lines, optional *** Move to: Q) / *** Delete File: P / *** End Patch"},
+	 "'+' lines, optional *** Move to: Q) / *** Delete File: P / *** End Patch; or a "
+	 "unified diff (git diff, diff -u: paths relative to /workspace, context exact)"},
 	END_ARG};
 static const struct mcp_arg image_args[] = {
 	ID_ARG, {"path", MA_STRING, true, 0, 0, "a PNG, JPEG, GIF or WebP file"}, END_ARG};
@@ -94,7 +95,8 @@ static const struct mcp_tool tools[] = {
 	 "List a directory of a sandbox: type, size and path of each entry.", MCP_OP_LS, ls_args,
 	 true, false, true},
 	{"apply_patch", "Apply a patch",
-	 "Apply a patch in the Codex apply_patch format to a sandbox's files, all or nothing: "
+	 "Apply a patch in the Codex apply_patch format, or a unified diff (git diff, diff -u), "
+	 "to a sandbox's files, all or nothing: "
 	 "when a hunk does not match, no file is changed.",
 	 MCP_OP_PATCH, patch_args, false, true, false},
 	{"view_image", "View an image", "Return an image file of a sandbox as MCP image content.",

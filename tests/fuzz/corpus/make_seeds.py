@@ -42,6 +42,11 @@ put("fuzz_patch", "update", b"\0line1\nline2\nline3\n\0*** Begin Patch\n*** Upda
 put("fuzz_patch", "add_delete", b"\0\0*** Begin Patch\n*** Add File: new.txt\n+hello\n+world\n*** Delete File: old.txt\n*** End Patch\n")
 put("fuzz_patch", "move_eof", b"\0a\nb\n\0*** Begin Patch\n*** Update File: a\n*** Move to: b\n@@ a\n-b\n+c\n*** End of File\n*** End Patch\n")
 put("fuzz_patch", "wrapped", b"\1x = 1\r\ny = 2\r\n\0@@\n-x = 1\n+x = 3\n y = 2")
+# unified diffs (udiff.c): old content NUL diff; and (first byte bit 1) old NUL new
+put("fuzz_patch", "udiff_git", b"\0one\r\ntwo\r\nthree\0diff --git a/f b/f\nindex 1..2 100644\n--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n one\r\n-two\r\n+TWO\r\n three\n\\ No newline at end of file\n")
+put("fuzz_patch", "udiff_files", b"\0bye\n\0diff --git a/n b/n\nnew file mode 100755\n--- /dev/null\n+++ b/n\n@@ -0,0 +1 @@\n+x\ndiff --git a/o b/o\ndeleted file mode 100644\n--- a/o\n+++ /dev/null\n@@ -1 +0,0 @@\n-bye\ndiff --git a/p b/q\nsimilarity index 100%\nrename from p\nrename to q\ndiff --git a/m b/m\nold mode 100644\nnew mode 100755\n")
+put("fuzz_patch", "udiff_plain", b"\0a\nb\nc\n\0--- a.orig\t2026-01-01\n+++ a\t2026-01-02\n@@ -2 +2,2 @@\n-b\n+B\n+B2\n")
+put("fuzz_patch", "roundtrip", b"\x06a\nb\nc\nd\r\ne\0a\nB\nc\nd\r\ne\nf")
 
 
 def tar(members, fmt=tarfile.PAX_FORMAT, comp=None):

@@ -19,6 +19,13 @@ int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e);
 /* Stop it, print each refused destination, clean up. NULL is fine. */
 void run_gate_finish(struct run_gate *g);
 
+/* dns.c: the sandbox's resolver, served from a thread (fds taken). */
+struct run_dns;
+struct run_dns *run_dns_start(int fds[2], struct moat_err *e);
+/* Stop it; with p, print the names it refused and the option that would
+ * let them through. NULL is fine. */
+void run_dns_finish(struct run_dns *r, const struct moat_policy *p);
+
 /* "moat: msg" on stderr; always returns 125 (moat's own errors). */
 int moat_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

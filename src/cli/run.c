@@ -329,6 +329,7 @@ int moat_cmd_run(int argc, char **argv)
 	struct moat_strv env = {0};
 	struct moat_jail *j = NULL;
 	struct run_gate *gate = NULL;
+	struct run_dns *dns = NULL;
 	if (mode && moat_policy_set_mode(&p, mode, &e) < 0) {
 		moat_err_prefix(&e, "--mode");
 		goto out_err;
@@ -400,6 +401,10 @@ int moat_cmd_run(int argc, char **argv)
 			goto out_err;
 	}
 
+	int dfds[2];
+	if (moat_jail_dns_fds(j, dfds) == 0 && !(dns = run_dns_start(dfds, &e)))
+		goto out_err;
+
 	int64_t deadline = p.timeout_ms ? moat_now_ms() + (int64_t)p.timeout_ms : -1;
 	struct moat_jail_status st;
 	int r = moat_jail_wait(j, deadline, forward, &st, &e);
@@ -437,6 +442,7 @@ out_err:
 	rc = moat_err_exit_code(&e);
 out:
 	moat_jail_destroy(j);
+	run_dns_finish(dns, rc == 125 ? NULL : &p);
 	run_gate_finish(gate);
 	moat_strv_free(&env);
 	moat_strv_free(&ceiling);

@@ -360,6 +360,13 @@ int moat_cmd_run(int argc, char **argv)
 		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
 	if (moat_policy_build_env(&p, environ, in_home, &env, &e) < 0)
 		goto out_err;
+	/* No network: npm would retry every failed fetch for 70 s (its
+	 * backoff, whatever the lookup answers); nothing can come back. */
+	bool npm_set = false;
+	for (size_t i = 0; i < env.n; i++)
+		npm_set |= !strncmp(env.v[i], "npm_config_fetch_retries=", 25);
+	if (p.net == MOAT_NET_NONE && !p.gateway && !npm_set)
+		moat_strv_add(&env, "npm_config_fetch_retries=0");
 	if (users) {
 		moat_strv_take(&env, moat_strdupf("USER=%s", p.users_root ? "root" : "user"));
 		moat_strv_take(&env, moat_strdupf("LOGNAME=%s", p.users_root ? "root" : "user"));

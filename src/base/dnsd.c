@@ -16,6 +16,7 @@
 #include <unistd.h>
 
 #define CONNS 8
+#define SEEN 4096 /* names past MOAT_DNSD_NAMES: only a hash each, to count them */
 #define TCP_QUERY_MAX 1024 /* a query is at most 12+255+4 bytes (plus EDNS) */
 
 struct conn {
@@ -31,6 +32,7 @@ struct moat_dnsd {
 	uint64_t seq;
 	char *names[MOAT_DNSD_NAMES];
 	size_t nnames, more;
+	uint64_t seen[SEEN];
 	void (*on_name)(void *arg, const char *name);
 	void *arg;
 };
@@ -43,7 +45,16 @@ static void record(struct moat_dnsd *d, const char *name)
 		if (!strcmp(d->names[i], name))
 			return;
 	if (d->nnames == MOAT_DNSD_NAMES || !(d->names[d->nnames] = strdup(name))) {
-		d->more++;
+		uint64_t h = 14695981039346656037ULL; /* FNV-1a */
+		for (const char *p = name; *p; p++)
+			h = (h ^ (uint8_t)*p) * 1099511628211ULL;
+		size_t n = d->more < SEEN ? d->more : SEEN;
+		for (size_t i = 0; i < n; i++)
+			if (d->seen[i] == h)
+				return;
+		if (d->more < SEEN)
+			d->seen[d->more] = h;
+		d->more++; /* past SEEN: every lookup counts */
 		return;
 	}
 	d->nnames++;

@@ -22,7 +22,8 @@ struct moat_dnsd *moat_dnsd_new(int udp, int tcp, void (*on_name)(void *arg, con
 int moat_dnsd_fd(const struct moat_dnsd *d);
 /* Answer what is waiting, without blocking. */
 void moat_dnsd_serve(struct moat_dnsd *d);
-/* The names refused, first seen first; *more: lookups of further names. */
+/* The names refused, first seen first; *more: how many other names were
+ * asked for (distinct, counted by hash; past 4096 of them, every lookup). */
 size_t moat_dnsd_names(const struct moat_dnsd *d, const char *const **names, size_t *more);
 void moat_dnsd_free(struct moat_dnsd *d);
 

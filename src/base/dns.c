@@ -29,8 +29,10 @@ size_t moat_dns_answer(const uint8_t *q, size_t n, uint8_t out[MOAT_DNS_ANSWER_M
 		return header_only(q, out, MOAT_DNS_FORMERR);
 	size_t i = 12, o = 0;
 	for (;;) {
-		if (i >= n)
+		if (i >= n) {
+			name[0] = '\0';
 			return header_only(q, out, MOAT_DNS_FORMERR);
+		}
 		size_t len = q[i];
 		if (len == 0)
 			break;

@@ -449,7 +449,7 @@ out_err:
 	rc = moat_err_exit_code(&e);
 out:
 	moat_jail_destroy(j);
-	run_dns_finish(dns, rc == 125 ? NULL : &p);
+	run_dns_finish(dns, &p);
 	run_gate_finish(gate);
 	moat_strv_free(&env);
 	moat_strv_free(&ceiling);

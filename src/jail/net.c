@@ -54,7 +54,9 @@ static int listener(int type, uint16_t port, struct moat_err *e)
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	/* TCP only: on UDP it would let a second socket share the port */
+	if (type == SOCK_STREAM)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
 	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
 	    (type == SOCK_STREAM && listen(fd, 128) < 0)) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "%s listener 127.0.0.1:%u",

@@ -267,6 +267,8 @@ FUZZ_LIBS_mcp      := -ljansson
 FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c src/serve/browser.c \
                       src/serve/http_guard.c src/serve/image.c src/proto/entries.c $(FUZZ_BASE)
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
+# the answer of a sandbox's resolver to its queries (src/base/dns.c)
+FUZZ_SRC_dns       := src/base/dns.c src/base/dnsd.c
 # moat mcp's framing: stdin lines and the daemon's server-sent events
 FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))

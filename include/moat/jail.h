@@ -114,6 +114,10 @@ int moat_jail_wait_fd(const struct moat_jail *j);
  * sandbox's 127.0.0.1:3128 (HTTP proxy) and :1080 (SOCKS5); the caller's
  * gateway accepts on them. Returns -1 when there are none. */
 int moat_jail_gate_fds(struct moat_jail *j, int fds[2]);
+/* A sandbox with its own network: take its resolver's sockets (UDP and
+ * TCP 127.0.0.1:53 inside; serve them with src/base/dnsd.h). Returns -1
+ * when there are none. */
+int moat_jail_dns_fds(struct moat_jail *j, int fds[2]);
 
 /* Agent mode: let the sandbox live on without us. Frees the handle, keeps
  * the cgroups (their directories are appended to *cgroups, for

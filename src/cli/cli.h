@@ -39,6 +39,13 @@ struct run_tty {
 int run_tty_wait(struct run_tty *t, struct moat_jail *j, int64_t deadline_ms,
 		 const int *forward, struct moat_jail_status *st, struct moat_err *e);
 
+/* dns.c: the sandbox's resolver, served from a thread (fds taken). */
+struct run_dns;
+struct run_dns *run_dns_start(int fds[2], struct moat_err *e);
+/* Stop it; with p, print the names it refused and the option that would
+ * let them through. NULL is fine. */
+void run_dns_finish(struct run_dns *r, const struct moat_policy *p);
+
 /* "moat: msg" on stderr; always returns 125 (moat's own errors). */
 int moat_cli_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 

@@ -281,6 +281,45 @@ int run_gate_attach(struct run_gate *g, int fds[2], struct moat_err *e)
 	return 0;
 }
 
+/* A printable copy of what the gateway reported (a name may come from
+ * the sandbox: control bytes become '?'), at most cap-1 bytes. */
+static void printable(const char *in, char *out, size_t cap)
+{
+	size_t o = 0;
+	for (; in && *in && o + 1 < cap; in++)
+		out[o++] = (*in >= 0x20 && *in < 0x7f) ? *in : '?';
+	out[o] = '\0';
+}
+
+/* One refusal, and the option that would let it through when there is
+ * one: a name not allowed (--allow-domain), or a name that resolved to a
+ * special address, which a pin (--resolve) or the address itself allows. */
+static void print_refusal(const char *dest, const char *reason)
+{
+	char d[300], why[300], host[300] = "", addr[80] = "";
+	printable(dest, d, sizeof d);
+	printable(reason, why, sizeof why);
+	const char *colon = strrchr(d, ':');
+	if (colon && (size_t)(colon - d) < sizeof host)
+		snprintf(host, sizeof host, "%.*s", (int)(colon - d), d);
+	const char *is = strstr(why, " is ");
+	bool special = is && strstr(why, "and not explicitly allowed") &&
+		       (size_t)(is - why) < sizeof addr;
+	if (special) /* an IPv6 literal in brackets, as --resolve wants it */
+		snprintf(addr, sizeof addr, strchr(why, ':') && strchr(why, ':') < is ? "[%.*s]"
+			 : "%.*s", (int)(is - why), why);
+	if (special && host[0] && strcmp(host, addr) != 0)
+		fprintf(stderr, "moat: network: refused %s (%s; if that address is right, pin "
+				"it with --resolve %s:%s or allow it with --allow-domain %s)\n",
+			d, why, d, addr, addr);
+	else if (host[0] && (!strcmp(why, "not in the allowlist") ||
+			     !strcmp(why, "no allow rule matches")))
+		fprintf(stderr, "moat: network: refused %s (%s; allow with --allow-domain %s)\n",
+			d, why, host);
+	else
+		fprintf(stderr, "moat: network: refused %s (%s)\n", d, why);
+}
+
 void run_gate_finish(struct run_gate *g)
 {
 	if (!g)
@@ -295,9 +334,8 @@ void run_gate_finish(struct run_gate *g)
 			json_t *v;
 			/* why `npm install` failed, at a glance */
 			json_array_foreach(json_object_get(r, "refused"), i, v)
-				fprintf(stderr, "moat: network: refused %s (%s)\n",
-					json_string_value(json_object_get(v, "dest")),
-					json_string_value(json_object_get(v, "reason")));
+				print_refusal(json_string_value(json_object_get(v, "dest")),
+					      json_string_value(json_object_get(v, "reason")));
 			json_decref(r);
 		}
 		free(buf);

@@ -362,6 +362,7 @@ int moat_cmd_run(int argc, char **argv)
 	struct run_tty relay = {.master = -1, .in = STDIN_FILENO, .out = STDOUT_FILENO};
 	struct run_tty *rt = NULL;
 	struct termios modes;
+	struct run_dns *dns = NULL;
 	if (mode && moat_policy_set_mode(&p, mode, &e) < 0) {
 		moat_err_prefix(&e, "--mode");
 		goto out_err;
@@ -392,6 +393,13 @@ int moat_cmd_run(int argc, char **argv)
 		fprintf(stderr, "moat: warning: danger-full-access: the host filesystem is writable\n");
 	if (moat_policy_build_env(&p, environ, in_home, &env, &e) < 0)
 		goto out_err;
+	/* No network: npm would retry every failed fetch for 70 s (its
+	 * backoff, whatever the lookup answers); nothing can come back. */
+	bool npm_set = false;
+	for (size_t i = 0; i < env.n; i++)
+		npm_set |= !strncmp(env.v[i], "npm_config_fetch_retries=", 25);
+	if (p.net == MOAT_NET_NONE && !p.gateway && !npm_set)
+		moat_strv_add(&env, "npm_config_fetch_retries=0");
 	if (users) {
 		moat_strv_take(&env, moat_strdupf("USER=%s", p.users_root ? "root" : "user"));
 		moat_strv_take(&env, moat_strdupf("LOGNAME=%s", p.users_root ? "root" : "user"));
@@ -451,6 +459,10 @@ int moat_cmd_run(int argc, char **argv)
 			goto out_err;
 	}
 
+	int dfds[2];
+	if (moat_jail_dns_fds(j, dfds) == 0 && !(dns = run_dns_start(dfds, &e)))
+		goto out_err;
+
 	int64_t deadline = p.timeout_ms ? moat_now_ms() + (int64_t)p.timeout_ms : -1;
 	struct moat_jail_status st;
 	int r = wait_for(rt, j, deadline, &st, &e);
@@ -494,6 +506,7 @@ out:
 	if (relay.master >= 0)
 		close(relay.master);
 	moat_jail_destroy(j);
+	run_dns_finish(dns, &p);
 	run_gate_finish(gate);
 	moat_strv_free(&env);
 	moat_strv_free(&ceiling);

@@ -31,6 +31,7 @@ enum mop_kind {
 	MOP_USERS_ETC, /* users mode: /etc/passwd and /etc/group of root and user */
 	MOP_SNAPSHOT,  /* users mode as root: a private, writable copy of src made at
 			* start, of what an unprivileged user may read there */
+	MOP_RESOLV,    /* dst (/etc/resolv.conf): the sandbox's resolver (net.c) */
 };
 
 #define MOP_F_RDONLY 1u
@@ -90,6 +91,7 @@ struct jail_ctx {
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
 	int tty_master;     /* host: terminal mode's pty master (pty.c) */
+	int dns_fds[2];     /* host: the resolver's sockets (UDP, TCP 127.0.0.1:53) */
 	int64_t quota[MOAT_QUOTAS];     /* ceilings the child sets (quota.c) */
 	bool users;                     /* users mode (users.c) */
 	uint32_t users_base, users_gbase; /* host id of inside 0 (rootless: the subid
@@ -207,12 +209,21 @@ int jail_pty_parent(struct jail_ctx *c, struct moat_err *e);
 /* caps.c: rlimits, securebits, capabilities, no_new_privs */
 int jail_caps_child(struct jail_ctx *c, struct moat_err *e);
 
-/* net.c: the gateway's listening sockets inside the sandbox's netns */
+/* net.c: the gateway's listening sockets inside the sandbox's netns, and
+ * the resolver's (every sandbox with its own network: src/base/dnsd.h) */
 #define MOAT_GATE_HTTP_PORT 3128
 #define MOAT_GATE_SOCKS_PORT 1080
+#define MOAT_DNS_PORT 53
 int jail_net_prepare(struct jail_ctx *c, struct moat_err *e);
 int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e);
 int jail_net_parent(struct jail_ctx *c, struct moat_err *e);
+/* MOP_RESOLV, in the child's mount plan: "nameserver 127.0.0.1" shown
+ * read-only at /etc/resolv.conf (or where its symlink leads, inside). */
+int jail_net_resolv_child(int rootfd, const char *dst, struct moat_err *e);
+/* The file it shows, written at path (in the setup tmpfs, before the
+ * mask sources turn read-only). */
+int jail_net_resolv_file(const char *path, struct moat_err *e);
+#define JAIL_RESOLV_FILE "/masks/resolv.conf"
 
 /* cgcheck.c: this process's cgroup for a v1 controller, or v2's (NULL) */
 int jail_own_cgroup(const char *controller, char *out, size_t cap, struct moat_err *e);

@@ -178,6 +178,14 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e)
 		if (syscall(SYS_landlock_add_rule, rs, LANDLOCK_RULE_PATH_BENEATH, &pb, 0) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "landlock rule for the agent");
 	}
+	/* TCP 53 (loopback is the only interface): the resolver's listener,
+	 * for a client that retries over TCP (net.c) */
+	if (c->p->net == MOAT_NET_NONE && abi >= 4) {
+		struct ll_net_port_attr np = {.allowed_access = LL_NET_CONNECT_TCP,
+					      .port = MOAT_DNS_PORT};
+		if (syscall(SYS_landlock_add_rule, rs, LL_RULE_NET_PORT, &np, 0) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "landlock rule for port 53");
+	}
 	/* With the gateway, the way out is TCP to its two ports on loopback. */
 	if (c->p->gateway && abi >= 4) {
 		const __u64 ports[] = {MOAT_GATE_HTTP_PORT, MOAT_GATE_SOCKS_PORT};

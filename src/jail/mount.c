@@ -370,6 +370,9 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 	for (size_t i = 0; i < p->deny_read.n; i++)
 		if (visible(c, p->deny_read.v[i]))
 			add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
+	/* no network: lookups go to the sandbox's resolver (net.c) */
+	if (p->net == MOAT_NET_NONE)
+		add_op(c, MOP_RESOLV, NULL, "/etc/resolv.conf", 0, LL_NONE);
 
 	/* 4. write protection inside every host-backed writable root */
 	for (size_t i = 0; i < k; i++) {
@@ -954,6 +957,8 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 		return op_users_etc(c, dst, e);
 	case MOP_SNAPSHOT:
 		return op_snapshot(op, src, dst, e);
+	case MOP_RESOLV:
+		return jail_net_resolv_child(rootfd, op->dst, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}
@@ -988,6 +993,8 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 	if (fd < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup file");
 	close(fd);
+	if (c->p->net == MOAT_NET_NONE && jail_net_resolv_file("/tmp" JAIL_RESOLV_FILE, e) < 0)
+		return -1;
 	if (mount("/tmp/masks", "/tmp/masks", NULL, MS_BIND, NULL) < 0 ||
 	    set_attr(AT_FDCWD, "/tmp/masks", 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
 		     MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "masks", e) < 0)

@@ -5,20 +5,32 @@
  * gateway accepts on them directly: a connection from inside arrives in
  * the gateway without any relay, and there is no other route out, so a
  * program that ignores the proxy variables simply cannot connect.
- * Landlock then allows TCP connect to exactly these two ports. */
+ * Landlock then allows TCP connect to exactly these two ports.
+ *
+ * Every sandbox with its own network (gateway or not) also gets a
+ * resolver: the child binds UDP and TCP 127.0.0.1:53 and hands both to
+ * the host, which answers every query with a refusal and records the
+ * name (src/base/dnsd.h); /etc/resolv.conf inside says so. A lookup
+ * fails at once, and moat can say which names were tried. */
 #define _GNU_SOURCE
 #include "internal.h"
 
 #include "../base/fdpass.h"
+#include "../base/util.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <linux/openat2.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
+#include <sys/mount.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -26,34 +38,69 @@ int jail_net_prepare(struct jail_ctx *c, struct moat_err *e)
 {
 	c->gate_sp[0] = c->gate_sp[1] = -1;
 	c->gate_fds[0] = c->gate_fds[1] = -1;
-	if (!c->p->gateway)
+	c->dns_fds[0] = c->dns_fds[1] = -1;
+	if (c->p->net != MOAT_NET_NONE)
 		return 0;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, c->gate_sp) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socketpair");
 	return 0;
 }
 
-static int listener(uint16_t port, struct moat_err *e)
+static int listener(int type, uint16_t port, struct moat_err *e)
 {
-	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	int fd = socket(AF_INET, type | SOCK_CLOEXEC, 0);
 	if (fd < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway socket");
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "socket for 127.0.0.1:%u", port);
 	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons(port),
 				 .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
 	int one = 1;
-	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 || listen(fd, 128) < 0) {
-		moat_err_set(e, MOAT_E_SYSTEM, errno, "gateway listener 127.0.0.1:%u", port);
+	/* TCP only: on UDP it would let a second socket share the port */
+	if (type == SOCK_STREAM)
+		setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&sa, sizeof sa) < 0 ||
+	    (type == SOCK_STREAM && listen(fd, 128) < 0)) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "%s listener 127.0.0.1:%u",
+			     type == SOCK_STREAM ? "TCP" : "UDP", port);
 		close(fd);
 		return -1;
 	}
 	return fd;
 }
 
+static int send_pair(int sock, char tag, int fds[2], struct moat_err *e)
+{
+	struct iovec iov = {.iov_base = &tag, .iov_len = 1};
+	if (moat_send_fds(sock, &iov, 1, fds, 2) != 1) {
+		close(fds[0]);
+		close(fds[1]);
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the %s sockets over",
+				    tag == 'g' ? "gateway" : "resolver");
+	}
+	return 0;
+}
+
+static int recv_pair(int sock, int fds[2], const char *what, struct moat_err *e)
+{
+	char byte;
+	ssize_t n;
+	while ((n = moat_recv_fds(sock, &byte, 1, fds, 2)) < 0 && errno == EINTR)
+		;
+	if (n != 1 || fds[0] < 0) {
+		int err = n < 0 ? errno : EPROTO;
+		if (fds[0] >= 0) {
+			close(fds[0]);
+			close(fds[1]);
+		}
+		fds[0] = fds[1] = -1;
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "receive the %s sockets", what);
+	}
+	return 0;
+}
+
 int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 {
 	fds_out[0] = fds_out[1] = -1;
-	if (!c->p->gateway)
+	if (c->p->net != MOAT_NET_NONE)
 		return 0;
 	close(c->gate_sp[0]);
 	/* a new network namespace starts with lo down */
@@ -71,47 +118,88 @@ int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 	if (rc < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "bring up loopback");
 	int fds[2];
-	if ((fds[0] = listener(MOAT_GATE_HTTP_PORT, e)) < 0)
+	if (c->p->gateway) {
+		if ((fds[0] = listener(SOCK_STREAM, MOAT_GATE_HTTP_PORT, e)) < 0)
+			return -1;
+		if ((fds[1] = listener(SOCK_STREAM, MOAT_GATE_SOCKS_PORT, e)) < 0) {
+			close(fds[0]);
+			return -1;
+		}
+		if (send_pair(c->gate_sp[1], 'g', fds, e) < 0)
+			return -1;
+		fds_out[0] = fds[0];
+		fds_out[1] = fds[1];
+	}
+	/* the resolver's: the host's alone (an agent does not keep them) */
+	int dns[2];
+	if ((dns[0] = listener(SOCK_DGRAM, MOAT_DNS_PORT, e)) < 0)
 		return -1;
-	if ((fds[1] = listener(MOAT_GATE_SOCKS_PORT, e)) < 0) {
-		close(fds[0]);
+	if ((dns[1] = listener(SOCK_STREAM, MOAT_DNS_PORT, e)) < 0) {
+		close(dns[0]);
 		return -1;
 	}
-	char byte = 'g';
-	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
-	if (moat_send_fds(c->gate_sp[1], &iov, 1, fds, 2) != 1) {
-		close(fds[0]);
-		close(fds[1]);
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the gateway sockets over");
-	}
+	if (send_pair(c->gate_sp[1], 'd', dns, e) < 0)
+		return -1;
+	close(dns[0]);
+	close(dns[1]);
 	close(c->gate_sp[1]);
-	fds_out[0] = fds[0];
-	fds_out[1] = fds[1];
 	return 0;
 }
 
 int jail_net_parent(struct jail_ctx *c, struct moat_err *e)
 {
-	if (!c->p->gateway)
+	if (c->p->net != MOAT_NET_NONE)
 		return 0;
 	close(c->gate_sp[1]);
 	c->gate_sp[1] = -1;
-	int fds[2];
-	char byte;
-	ssize_t n;
-	while ((n = moat_recv_fds(c->gate_sp[0], &byte, 1, fds, 2)) < 0 && errno == EINTR)
-		;
-	if (n != 1 || fds[0] < 0) {
-		int err = n < 0 ? errno : EPROTO;
-		if (fds[0] >= 0) {
-			close(fds[0]);
-			close(fds[1]);
-		}
-		return moat_err_set(e, MOAT_E_SYSTEM, err, "receive the gateway sockets");
-	}
-	c->gate_fds[0] = fds[0];
-	c->gate_fds[1] = fds[1];
+	if (c->p->gateway && recv_pair(c->gate_sp[0], c->gate_fds, "gateway", e) < 0)
+		return -1;
+	if (recv_pair(c->gate_sp[0], c->dns_fds, "resolver", e) < 0)
+		return -1;
 	close(c->gate_sp[0]);
 	c->gate_sp[0] = -1;
 	return 0;
+}
+
+static const char resolv_conf[] =
+	"# moat: this sandbox has no network; its resolver refuses every name\n"
+	"# (the names tried are reported when the command ends)\n"
+	"nameserver 127.0.0.1\n";
+
+int jail_net_resolv_file(const char *path, struct moat_err *e)
+{
+	int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
+	if (fd < 0 || moat_write_all(fd, resolv_conf, sizeof resolv_conf - 1) < 0) {
+		int err = errno;
+		if (fd >= 0)
+			close(fd);
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", path);
+	}
+	close(fd);
+	return 0;
+}
+
+/* resolv.conf as the sandbox resolves it (often a symlink into /run):
+ * its target inside, or the link itself where that is missing. A view
+ * without any resolv.conf needs none: glibc then asks 127.0.0.1. */
+int jail_net_resolv_child(int rootfd, const char *dst, struct moat_err *e)
+{
+	while (*dst == '/')
+		dst++;
+	int fd = -1;
+	for (int follow = 1; follow >= 0 && fd < 0; follow--) {
+		struct open_how how = {.flags = O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
+				       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+		fd = (int)syscall(SYS_openat2, rootfd, dst, &how, sizeof how);
+	}
+	if (fd < 0)
+		return errno == ENOENT || errno == ENOTDIR || errno == EACCES
+			       ? 0
+			       : moat_err_set(e, MOAT_E_SYSTEM, errno, "open /%s", dst);
+	struct stat st;
+	int rc = fstat(fd, &st) < 0 ? moat_err_set(e, MOAT_E_SYSTEM, errno, "stat /%s", dst)
+	       : S_ISDIR(st.st_mode) ? 0 /* not a file: leave it */
+				     : jail_mount_onto(JAIL_RESOLV_FILE, fd, "/etc/resolv.conf", e);
+	close(fd);
+	return rc;
 }

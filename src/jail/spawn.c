@@ -248,7 +248,8 @@ static void ctx_free(struct jail_ctx *c)
 	}
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
 		      &c->st_rd, &c->st_wr, &c->ws_fd, &c->gate_sp[0], &c->gate_sp[1],
-		      &c->gate_fds[0], &c->gate_fds[1], &c->tty_master};
+		      &c->gate_fds[0], &c->gate_fds[1], &c->tty_master, &c->dns_fds[0],
+		      &c->dns_fds[1]};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -318,6 +319,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->gate_child[0] = c->gate_child[1] = -1;
 	c->tty_master = -1;
+	c->dns_fds[0] = c->dns_fds[1] = -1;
 	c->users_lock = c->users_range_ns = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
@@ -602,6 +604,14 @@ int moat_jail_gate_fds(struct moat_jail *j, int fds[2])
 	fds[0] = j->c.gate_fds[0];
 	fds[1] = j->c.gate_fds[1];
 	j->c.gate_fds[0] = j->c.gate_fds[1] = -1;
+	return fds[0] >= 0 && fds[1] >= 0 ? 0 : -1;
+}
+
+int moat_jail_dns_fds(struct moat_jail *j, int fds[2])
+{
+	fds[0] = j->c.dns_fds[0];
+	fds[1] = j->c.dns_fds[1];
+	j->c.dns_fds[0] = j->c.dns_fds[1] = -1;
 	return fds[0] >= 0 && fds[1] >= 0 ? 0 : -1;
 }
 

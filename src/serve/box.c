@@ -4,6 +4,7 @@
 
 #include "store.h"
 #include "../base/cleanup.h"
+#include "../base/dnsd.h"
 #include "../base/fdpass.h"
 #include "../base/own.h"
 #include "../base/util.h"
@@ -67,6 +68,8 @@ struct box {
 	bool pooled;         /* pre-started, not handed out yet */
 	struct gate_box *gbox; /* its egress gateway, if it has a network allowlist */
 	FILE *netlog;        /* <dir>/net.log */
+	struct moat_dnsd *dns; /* its resolver (no network, or the gateway's only) */
+	struct event *dnsev;
 	bool creating;       /* its row says "creating": the engine has not finished */
 	struct spawning *sp; /* while being created off the event loop */
 };
@@ -566,6 +569,9 @@ static int watch_pid(struct box *b)
 
 static void box_free(struct box *b)
 {
+	if (b->dnsev)
+		event_free(b->dnsev);
+	moat_dnsd_free(b->dns);
 	gate_box_free(b->gbox);
 	if (b->netlog)
 		fclose(b->netlog);
@@ -794,6 +800,67 @@ static int attach_gate(struct box *b, int fds[2], struct moat_err *e)
 		free(bundle);
 		free(sys);
 	}
+	return 0;
+}
+
+/* The sandbox's resolver (src/base/dnsd.h) on the event loop: each name
+ * refused goes to the net log once (the first MOAT_DNSD_NAMES of them). */
+static void dns_logged(void *arg, const char *name)
+{
+	struct box *b = arg;
+	if (!b->netlog)
+		return;
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	struct tm tm;
+	gmtime_r(&ts.tv_sec, &tm);
+	char when[48];
+	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
+	snprintf(when + strlen(when), sizeof when - strlen(when), ".%03ldZ",
+		 ts.tv_nsec / 1000000);
+	const char *why = b->gbox ? "direct lookups are refused: programs reach allowed "
+				    "hosts through the gateway's proxy (HTTPS_PROXY)"
+				  : "no network: lookups are refused (allow the name in "
+				    "the sandbox's network.allow)";
+	json_t *o = json_pack("{s:s,s:s,s:s,s:s,s:i,s:n,s:s,s:s,s:i,s:i}", "time", when,
+			      "sandbox", b->id, "proto", "dns", "host", name, "port", 53,
+			      "address", "decision", "deny", "reason", why, "bytes_up", 0,
+			      "bytes_down", 0);
+	char *line = o ? json_dumps(o, JSON_COMPACT) : NULL;
+	if (line) {
+		fprintf(b->netlog, "%s\n", line);
+		fflush(b->netlog);
+	}
+	free(line);
+	json_decref(o);
+}
+
+static void on_dns(evutil_socket_t fd, short what, void *arg)
+{
+	struct box *b = arg;
+	moat_dnsd_serve(b->dns);
+}
+
+static int attach_dns(struct box *b, int fds[2], struct moat_err *e)
+{
+	if (!b->netlog) {
+		char logpath[96];
+		snprintf(logpath, sizeof logpath, "%s/net.log", b->dir);
+		int lf = moat_own_file(AT_FDCWD, logpath, O_WRONLY | O_APPEND | O_CREAT, 0600, e);
+		if (lf >= 0 && !(b->netlog = fdopen(lf, "a")))
+			close(lf);
+		if (!b->netlog) {
+			close(fds[0]);
+			close(fds[1]);
+			return -1;
+		}
+	}
+	b->dns = moat_dnsd_new(fds[0], fds[1], dns_logged, b);
+	if (!b->dns)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "the sandbox's resolver");
+	b->dnsev = event_new(evbase, moat_dnsd_fd(b->dns), EV_READ | EV_PERSIST, on_dns, b);
+	if (!b->dnsev || event_add(b->dnsev, NULL) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "the sandbox's resolver");
 	return 0;
 }
 
@@ -1066,6 +1133,8 @@ static int spawn_end(struct box *b, struct moat_err *e)
 	crash_point("spawned");
 	int gfds[2] = {-1, -1};
 	bool gated = sp->p.gateway && moat_jail_gate_fds(j, gfds) == 0;
+	int dfds[2] = {-1, -1};
+	bool dns = moat_jail_dns_fds(j, dfds) == 0;
 	moat_strv_free(&b->cgroups); /* the record's copy; detach hands them over */
 	b->pid = moat_jail_detach(j, &b->cgroups);
 	sp->detached = true;
@@ -1076,7 +1145,18 @@ static int spawn_end(struct box *b, struct moat_err *e)
 			close(gfds[0]);
 			close(gfds[1]);
 		}
+		if (dns) {
+			close(dfds[0]);
+			close(dfds[1]);
+		}
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
+	}
+	if (dns && attach_dns(b, dfds, e) < 0) {
+		if (gated) {
+			close(gfds[0]);
+			close(gfds[1]);
+		}
+		return -1;
 	}
 	if (sp->p.gateway && (!gated || attach_gate(b, gfds, e) < 0)) {
 		if (!gated)

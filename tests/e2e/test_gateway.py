@@ -549,7 +549,8 @@ out(res)
               "nomatch.invalid"):
         d = denied(ents, h, s.port)
         assert d and d[0]["reason"] == "no allow rule matches", (h, ents)
-        assert f"moat: network: refused {h}:{s.port} (no allow rule matches)" in r.stderr
+        assert (f"moat: network: refused {h}:{s.port} (no allow rule matches; "
+                f"allow with --allow-domain {h})") in r.stderr
 
 
 def test_name_policy_connect_and_socks(gw, servers):
@@ -1158,7 +1159,8 @@ print("CMD-END", file=sys.stderr)
     assert result(r) == "done" and r.returncode == 0, r.stderr
     lines = gw.refused_lines(r.stderr)
     assert sorted(lines) == sorted([
-        f"moat: network: refused evil.test:{s.port} (no allow rule matches)",
+        f"moat: network: refused evil.test:{s.port} (no allow rule matches; "
+        "allow with --allow-domain evil.test)",
         f"moat: network: refused bad.example.test:{s.port} (denied by bad.example.test)",
     ]), r.stderr
     # printed when the command has ended, after its own output

@@ -223,3 +223,18 @@ put("fuzz_mcp", "batch", '[{"jsonrpc":"2.0","id":1,"method":"ping"}]')
 put("fuzz_mcp", "origin", "http://localhost:7070")
 put("fuzz_mcp", "origin6", "https://[::1]:8443")
 put("fuzz_mcp", "session", "0123456789abcdef0123456789abcdef")
+
+# ---- fuzz_dns: queries as a sandbox's resolver gets them
+def dnsq(labels, qid=0x1234, qtype=1, flags=0x0100, extra=b""):
+    b = struct.pack(">HHHHHH", qid, flags, 1, 0, 0, 1 if extra else 0)
+    for lab in labels:
+        b += bytes([len(lab)]) + lab
+    return b + b"\0" + struct.pack(">HH", qtype, 1) + extra
+
+
+put("fuzz_dns", "a", dnsq([b"registry", b"npmjs", b"org"]))
+put("fuzz_dns", "aaaa_edns", dnsq([b"Example", b"COM"], qtype=28,
+                                  extra=b"\x00\x00\x29\x04\xd0\x00\x00\x00\x00\x00\x00"))
+put("fuzz_dns", "root", dnsq([]))
+put("fuzz_dns", "escapes", dnsq([b"\x1b[31m", b"a.b\\c", b"x" * 63]))
+put("fuzz_dns", "pointer", dnsq([b"x"])[:12] + b"\xc0\x0c\x00\x01\x00\x01")

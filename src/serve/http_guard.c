@@ -50,6 +50,7 @@ struct guard {
 		char msg[192];
 	} pending[MAX_PENDING]; /* slots with at <= seen are free */
 	bool busy;
+	bool released;      /* the connection left HTTP (guard_release) */
 	void (*user_cb)(struct evhttp_connection *, void *);
 	void *user_arg;
 };
@@ -603,7 +604,7 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 	if (!info->n_added)
 		return;
 	struct guard *g = find_bev(bev);
-	if (g && g->busy)
+	if (g && (g->busy || g->released))
 		return;
 	if (!g) {
 		void *cbarg = NULL;
@@ -659,6 +660,16 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 	}
 	run(g, in);
 	g->busy = false;
+}
+
+void guard_release(struct bufferevent *bev)
+{
+	struct guard *g = find_bev(bev);
+	if (!g || g->released)
+		return;
+	g->released = true;
+	/* what it held back came after what evhttp has: in order */
+	evbuffer_add_buffer(bufferevent_get_input(bev), g->raw);
 }
 
 void guard_set_limit(guard_limit_fn fn)

@@ -38,6 +38,10 @@ struct guard_refusal {
  * was refused by the framer (then *r says how to answer). */
 bool guard_refused(struct evhttp_request *req, struct guard_refusal *r);
 
+/* The connection leaves HTTP (a WebSocket upgrade, answered by its
+ * door): the framer stops and hands back what it still held. */
+void guard_release(struct bufferevent *bev);
+
 /* evhttp_connection_set_closecb, shared with the guard's own use. */
 void guard_set_closecb(struct evhttp_connection *c,
 		       void (*cb)(struct evhttp_connection *, void *), void *arg);

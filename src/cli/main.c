@@ -70,8 +70,8 @@ int main(int argc, char **argv)
 		return moat_cmd_token(argc - 1, argv + 1);
 	if (strcmp(cmd, "serve") == 0)
 		return exec_sibling("moat-serve", argv);
-	static const char *const client[] = {"create", "ls", "exec", "cp", "patch",
-					     "rm", "ps", "kill", "mcp", NULL};
+	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
+					     "patch", "rm", "ps", "kill", "mcp", NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

@@ -128,6 +128,8 @@ static bool buf_add(struct buf *b, const void *data, size_t n, size_t max)
 
 static void buf_drop(struct buf *b, size_t n)
 {
+	if (!n)
+		return;
 	memmove(b->p, b->p + n, b->len - n);
 	b->len -= n;
 }
@@ -449,7 +451,7 @@ static bool handshake(struct sess *s, struct moat_http *h, const char *url)
 	}
 	/* the answer's head */
 	char *end = NULL;
-	while (!s->eof && !(end = memmem(s->in.p, s->in.len, "\r\n\r\n", 4))) {
+	while (!s->eof && !(end = s->in.len ? memmem(s->in.p, s->in.len, "\r\n\r\n", 4) : NULL)) {
 		if (s->in.len > MAX_HEAD) {
 			fail_with(s, "the server's answer to the attach is too large");
 			return false;

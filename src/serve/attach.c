@@ -43,6 +43,7 @@ struct att {
 	struct core_op *op;    /* core_ps, then core_attach */
 	char accept[29];
 	struct ws_reader rd;
+	struct evbuffer *in;   /* the client's bytes not yet read as frames */
 	bool sent_close, got_close, dead; /* dead: read nothing more */
 	struct event *linger;  /* the client's close after ours */
 };
@@ -82,6 +83,8 @@ static void att_free(struct att *a, bool conn)
 	if (a->linger)
 		event_free(a->linger);
 	ws_reader_free(&a->rd);
+	if (a->in)
+		evbuffer_free(a->in);
 	free(a);
 }
 
@@ -269,7 +272,13 @@ static void on_message(struct att *a, const struct ws_event *ev)
 static void on_read(struct bufferevent *bev, void *arg)
 {
 	struct att *a = arg;
-	struct evbuffer *in = bufferevent_get_input(bev);
+	struct evbuffer *in = a->in;
+	/* into the door's own buffer, behind what the request framer held */
+	if (evbuffer_add_buffer(in, bufferevent_get_input(bev)) < 0) {
+		send_close(a, WS_CLOSE_INTERNAL, "out of memory");
+		finish_when_sent(a);
+		return;
+	}
 	while (!a->dead) {
 		size_t n = evbuffer_get_length(in);
 		uint8_t *p = n ? evbuffer_pullup(in, -1) : NULL;
@@ -336,12 +345,18 @@ static void upgrade(struct att *a)
 		att_free(a, false);
 		return;
 	}
-	guard_release(a->bev);
+	a->in = evbuffer_new();
+	/* what evhttp left in the input, then what the framer held: in order */
+	if (!a->in || evbuffer_add_buffer(a->in, bufferevent_get_input(a->bev)) < 0 ||
+	    guard_release(a->bev, a->in) < 0) {
+		a->evcon = NULL; /* still evhttp's: answered as usual */
+		http_error(a->req, 500, "internal", "out of memory");
+		att_free(a, false);
+		return;
+	}
 	http_set_closecb(a->evcon, on_conn_closed, a);
 	bufferevent_setcb(a->bev, on_read, on_write, on_event, a);
 	bufferevent_set_timeouts(a->bev, NULL, NULL); /* an idle terminal is no error */
-	/* a client message is at most ATTACH_MAX_MESSAGE: read no more ahead */
-	bufferevent_setwatermark(a->bev, EV_READ, 0, ATTACH_MAX_MESSAGE + 4096);
 	bufferevent_enable(a->bev, EV_READ | EV_WRITE);
 	evbuffer_add_printf(bufferevent_get_output(a->bev),
 			    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
@@ -359,7 +374,7 @@ static void upgrade(struct att *a)
 		close_and_wait(a, WS_CLOSE_INTERNAL, e.code);
 	}
 	/* what the client sent after its request, if anything */
-	if (evbuffer_get_length(bufferevent_get_input(a->bev)))
+	if (evbuffer_get_length(a->in))
 		on_read(a->bev, a);
 }
 

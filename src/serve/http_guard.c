@@ -662,14 +662,15 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 	g->busy = false;
 }
 
-void guard_release(struct bufferevent *bev)
+int guard_release(struct bufferevent *bev, struct evbuffer *to)
 {
 	struct guard *g = find_bev(bev);
 	if (!g || g->released)
-		return;
+		return 0;
 	g->released = true;
-	/* what it held back came after what evhttp has: in order */
-	evbuffer_add_buffer(bufferevent_get_input(bev), g->raw);
+	/* (not back into the input: a bufferevent's input takes bytes only
+	 * from its socket) */
+	return evbuffer_add_buffer(to, g->raw);
 }
 
 void guard_set_limit(guard_limit_fn fn)

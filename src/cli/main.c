@@ -48,7 +48,7 @@ static void usage(FILE *f)
 	      "  doctor                              show which isolation layers this kernel offers\n"
 	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
 	      "  token [--write FILE]                a new API token for serve (e2b_ + 40 hex)\n"
-	      "  create | ls | exec | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
+	      "  create | ls | exec | attach | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
 	      "  mcp                                 MCP over stdio, for MCP hosts (docs/mcp.md)\n"
 	      "  version                             print the version\n"
 	      "\n"

@@ -544,7 +544,8 @@ int attach_run(const char *cmd, struct moat_http *h, const char *id, long long p
 		return client_fail(cmd, "out of memory");
 	struct sess s = {.cmd = cmd, .o = o, .sock = CURL_SOCKET_BAD,
 			 .rd = {.server = false, .max_message = MAX_MESSAGE},
-			 .in_term = isatty(STDIN_FILENO) == 1, .stdin_open = o->send_stdin};
+			 .in_term = isatty(STDIN_FILENO) == 1, .stdin_open = o->send_stdin,
+			 .raw = o->raw};
 	char errbuf[CURL_ERROR_SIZE] = "";
 	s.c = curl_easy_init();
 	if (!s.c)
@@ -558,6 +559,7 @@ int attach_run(const char *cmd, struct moat_http *h, const char *id, long long p
 		rc = curl_easy_getinfo(s.c, CURLINFO_ACTIVESOCKET, &s.sock);
 	if (rc != CURLE_OK) {
 		curl_easy_cleanup(s.c);
+		moat_term_restore();
 		return client_fail(cmd, "cannot reach %s: %s", moat_http_url(h),
 				   errbuf[0] ? errbuf : curl_easy_strerror(rc));
 	}

@@ -17,6 +17,7 @@
 
 struct attach_opts {
 	bool send_stdin;     /* forward stdin (a terminal, or a pipe then EOF) */
+	bool raw;            /* the caller put stdin's terminal in raw mode already */
 	unsigned char keys[ATTACH_MAX_KEYS]; /* the detach sequence (nkeys 0: none) */
 	size_t nkeys;
 };

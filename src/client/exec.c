@@ -10,6 +10,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -301,8 +302,47 @@ static int exec_opt(json_t *body, json_t *env, int c, const char *arg, bool *str
 
 /* moat exec -i/-t: start the command detached from this request (yield_ms
  * 0: the answer comes at once, with its pid), then attach to it. */
+static int exec_started(const char *cmd, struct moat_http *h, const char *id, json_t *body,
+			const struct attach_opts *ao)
+{
+	struct moat_err e = {0};
+	_cleanup_free_ char *path = moat_http_sandbox_path(h, id, "/exec");
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	_cleanup_json_ json_t *res = NULL;
+	if (moat_http_json(h, "POST", path, NULL, body, &res, &e) < 0) {
+		moat_term_restore();
+		return client_fail_err(cmd, &e);
+	}
+	/* what it printed in its first moment came with the answer */
+	if (write_str(json_object_get(res, "stdout"), stdout, &e) < 0 ||
+	    write_str(json_object_get(res, "stderr"), stderr, &e) < 0) {
+		moat_term_restore();
+		return client_fail_err(cmd, &e);
+	}
+	if (!json_is_true(json_object_get(res, "running"))) {
+		moat_term_restore();
+		return finish(cmd, res);
+	}
+	json_int_t pid = json_integer_value(json_object_get(res, "process_id"));
+	if (pid <= 0) {
+		moat_term_restore();
+		return client_fail(cmd, "the server's answer has no process id");
+	}
+	return attach_run(cmd, h, id, (long long)pid, ao);
+}
+
+/* Until the attach's own handlers take over: a signal that ends the
+ * client puts the terminal back first (the command, detached, runs on). */
+static void restore_and_die(int sig)
+{
+	moat_term_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
 static int exec_interactive(const char *cmd, struct moat_http *h, const char *id,
-			    json_t *body, bool tty, const struct attach_opts *ao)
+			    json_t *body, bool tty, struct attach_opts *ao)
 {
 	struct moat_err e = {0};
 	if (json_object_set_new(body, "yield_ms", json_integer(0)) ||
@@ -313,22 +353,19 @@ static int exec_interactive(const char *cmd, struct moat_http *h, const char *id
 	    (json_object_set_new(body, "cols", json_integer(cols)) ||
 	     json_object_set_new(body, "rows", json_integer(rows))))
 		return client_fail(cmd, "out of memory");
-	_cleanup_free_ char *path = moat_http_sandbox_path(h, id, "/exec");
-	if (!path)
-		return client_fail(cmd, "out of memory");
-	_cleanup_json_ json_t *res = NULL;
-	if (moat_http_json(h, "POST", path, NULL, body, &res, &e) < 0)
-		return client_fail_err(cmd, &e);
-	/* what it printed in its first moment came with the answer */
-	if (write_str(json_object_get(res, "stdout"), stdout, &e) < 0 ||
-	    write_str(json_object_get(res, "stderr"), stderr, &e) < 0)
-		return client_fail_err(cmd, &e);
-	if (!json_is_true(json_object_get(res, "running")))
-		return finish(cmd, res);
-	json_int_t pid = json_integer_value(json_object_get(res, "process_id"));
-	if (pid <= 0)
-		return client_fail(cmd, "the server's answer has no process id");
-	return attach_run(cmd, h, id, (long long)pid, ao);
+	/* raw before the command starts: its first output must not pass
+	 * through this terminal's own output processing (\n to \r\n) */
+	if (tty) {
+		static const int sigs[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+		for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+			signal(sigs[i], restore_and_die);
+		if (moat_term_raw(STDIN_FILENO, &e) < 0)
+			return client_fail_err(cmd, &e);
+		ao->raw = true;
+	}
+	int r = exec_started(cmd, h, id, body, ao);
+	moat_term_restore();
+	return r;
 }
 
 int moat_client_exec(int argc, char **argv)

@@ -482,7 +482,8 @@ def test_detach_keys_leave_it_running_and_attach_comes_back(daemon, term, box):
     assert t.termios_now() == t.before
     assert running(daemon, box, pid)
     t2 = term("attach", box, pid)
-    wait_until(lambda: t2.read() or b"" or True, timeout=0.5)
+    # attached once its terminal is raw (the server's "attached" says it is a tty)
+    assert wait_until(lambda: t2.termios_now() != t2.before, timeout=TIMEOUT)
     t2.send(b"two\r")
     t2.expect(rb"got two")
     # a broken sequence goes through as typed: Ctrl-P then x
@@ -494,10 +495,23 @@ def test_detach_keys_leave_it_running_and_attach_comes_back(daemon, term, box):
     api(daemon, "DELETE", f"/v1/sandboxes/{box}/processes/{pid}")
 
 
+def procs_first(d, sid):
+    return next(iter(procs(d, sid)))
+
+
+def attach_status(d, sid, pid):
+    w = attach(d, sid, pid)
+    w.close()
+    return w.status
+
+
 def test_sigterm_to_the_client_restores_the_terminal(daemon, term, box):
     t = term("exec", "-it", box, "--", "sh", "-c", "echo ready; while read x; do echo got $x; done")
     t.expect(rb"ready")
-    assert wait_until(lambda: t.termios_now() != t.before, timeout=TIMEOUT)  # raw
+    assert t.termios_now() != t.before  # raw
+    # attached: a second attach is refused while the client's is up
+    pid = procs_first(daemon, box)
+    assert wait_until(lambda: attach_status(daemon, box, pid) == 409, timeout=TIMEOUT)
     t.p.send_signal(signal.SIGTERM)
     assert t.wait() == 128 + signal.SIGTERM, t.out
     assert t.termios_now() == t.before

@@ -371,8 +371,8 @@ static void on_sig(struct sess *s)
 	}
 }
 
-/* Move what can go now: out to the socket, the socket into in. */
-static void pump(struct sess *s)
+/* Send what can go now. */
+static void pump_out(struct sess *s)
 {
 	while (s->out.len) {
 		size_t sent = 0;
@@ -387,6 +387,11 @@ static void pump(struct sess *s)
 		}
 		buf_drop(&s->out, sent);
 	}
+}
+
+/* Take what has come into in (until the socket has no more). */
+static void pump_in(struct sess *s)
+{
 	for (;;) {
 		uint8_t b[65536];
 		size_t got = 0;
@@ -403,6 +408,14 @@ static void pump(struct sess *s)
 			break;
 		}
 	}
+}
+
+/* Both ways. Bytes taken in must be read as frames before the next poll:
+ * the socket will not say again that they are there. */
+static void pump(struct sess *s)
+{
+	pump_out(s);
+	pump_in(s);
 }
 
 static bool wait_sock(struct sess *s, short ev, int ms)
@@ -590,7 +603,7 @@ int attach_run(const char *cmd, struct moat_http *h, const char *id, long long p
 			pump(&s);
 			if (s.in.len)
 				on_frames(&s);
-			pump(&s);
+			pump_out(&s); /* answers (pong, close) go at once */
 		}
 	}
 	int ret = result(&s, id, pid);

@@ -13,7 +13,9 @@ SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-re
 LIB_SRC := $(wildcard src/base/*.c src/policy/*.c src/jail/*.c src/init/*.c)
 CLI_SRC := $(wildcard src/cli/*.c)
 # Pure code shared by the daemon and the in-sandbox agent.
-PROTO_SRC := $(wildcard src/proto/*.c src/patch/*.c)
+# (WebSocket framing is not the agent's: it needs OpenSSL's SHA-1)
+WS_SRC    := src/proto/ws.c
+PROTO_SRC := $(filter-out $(WS_SRC),$(wildcard src/proto/*.c src/patch/*.c))
 # moat serve (the daemon), the API clients, the agent (pid 1 of a served
 # sandbox). Separate binaries: `moat run` must not pay for loading libevent,
 # SQLite, libarchive and libcurl; the agent is static so that it runs in any
@@ -30,7 +32,7 @@ GATE_LIBS  := -levent -levent_openssl -lssl -lcrypto
 # even when no gateway starts.
 GATE_RULES := src/gate/policy.c src/gate/addr.c
 SERVE_LIBS := -levent -lsqlite3 -larchive
-CLIENT_LIBS := -lcurl
+CLIENT_LIBS := -lcurl -lcrypto
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
@@ -43,15 +45,15 @@ define binaries
 $(1)/moat: $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) $$(MOAT_LINK) -o $$@ $(LIB_SRC) $(CLI_SRC) $(GATE_RULES) $$(MOAT_LIBS)
-$(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefile
+$(1)/moat-serve: $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $$(LIBS) $$(SERVE_LIBS) $$(GATE_LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $$(LIBS) $$(SERVE_LIBS) $$(GATE_LIBS)
 $(1)/moat-gate: $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $(HDRS) Makefile
 	@mkdir -p $(1)
 	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(GATE_SRC) src/gatebin/main.c src/base/err.c src/base/util.c src/base/fdpass.c src/base/own.c $$(LIBS) $$(GATE_LIBS)
-$(1)/moat-client: $(CLIENT_SRC) src/base/err.c src/base/term.c $(HDRS) Makefile
+$(1)/moat-client: $(CLIENT_SRC) src/base/err.c src/base/term.c src/base/utf8.c $(WS_SRC) $(HDRS) Makefile
 	@mkdir -p $(1)
-	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c src/base/term.c $$(LIBS) $$(CLIENT_LIBS)
+	$$(CC) $$(CPPFLAGS) -Isrc $$(WARN) $(2) -o $$@ $(CLIENT_SRC) src/base/err.c src/base/term.c src/base/utf8.c $(WS_SRC) $$(LIBS) $$(CLIENT_LIBS)
 endef
 # moat itself is a static PIE: no dynamic loader, no relocation of shared
 # objects per run (about a tenth of `moat run`'s start-up on this VM, where
@@ -71,10 +73,10 @@ $(BUILD)/moat-agent $(BUILD)/san/moat-agent: $(AGENT_SRC) $(PROTO_SRC) $(HDRS) M
 UNIT_AGENT := src/agent/resolve.c src/agent/idnames.c
 # (moat mcp's framing, pure: tested on its own)
 UNIT_CLIENT := src/client/linebuf.c src/client/sse.c
-$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
+$(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c tests/unit/*.h) $(HDRS) Makefile
 	@mkdir -p $(BUILD)/san
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
-		$(LIB_SRC) $(PROTO_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
+		$(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
 
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
@@ -241,11 +243,11 @@ E2B_ENVD_SRC := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_env
                 src/serve/connect.c src/serve/multipart.c
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c src/base/exe.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/attach.c src/proto/ws.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c src/base/exe.c \
                       src/policy/quota.c src/policy/policy.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)
-FUZZ_LIBS_api      := -levent -ljansson -larchive
+FUZZ_LIBS_api      := -levent -ljansson -larchive -lcrypto
 # the E2B door's front and control plane behind stand-ins for box.c
 # (tests/fuzz/fuzz_e2b.c) and the core (core_stub.c until core.c lands)
 FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c tests/fuzz/e2b_stub.c src/serve/http.c src/serve/browser.c \
@@ -269,6 +271,9 @@ FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c src/serve/browser.c \
 FUZZ_LIBS_envd     := -levent -ljansson -lcrypto -lm
 # the answer of a sandbox's resolver to its queries (src/base/dns.c)
 FUZZ_SRC_dns       := src/base/dns.c src/base/dnsd.c
+# WebSocket framing (the attach door and moat exec -it / moat attach)
+FUZZ_SRC_ws        := src/proto/ws.c src/base/utf8.c
+FUZZ_LIBS_ws       := -lcrypto
 # moat mcp's framing: stdin lines and the daemon's server-sent events
 FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))

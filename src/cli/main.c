@@ -46,7 +46,7 @@ static void usage(FILE *f)
 	      "  doctor                              show which isolation layers this kernel offers\n"
 	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
 	      "  token [--write FILE]                a new API token for serve (e2b_ + 40 hex)\n"
-	      "  create | ls | exec | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
+	      "  create | ls | exec | attach | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
 	      "  mcp                                 MCP over stdio, for MCP hosts (docs/mcp.md)\n"
 	      "  version                             print the version\n"
 	      "\n"
@@ -68,8 +68,8 @@ int main(int argc, char **argv)
 		return moat_cmd_token(argc - 1, argv + 1);
 	if (strcmp(cmd, "serve") == 0)
 		return exec_sibling("moat-serve", argv);
-	static const char *const client[] = {"create", "ls", "exec", "cp", "patch",
-					     "rm", "ps", "kill", "mcp", NULL};
+	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
+					     "patch", "rm", "ps", "kill", "mcp", NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

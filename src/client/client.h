@@ -13,6 +13,7 @@ int moat_client_create(int argc, char **argv);
 int moat_client_ls(int argc, char **argv);
 int moat_client_rm(int argc, char **argv);
 int moat_client_exec(int argc, char **argv);
+int moat_client_attach(int argc, char **argv);
 int moat_client_ps(int argc, char **argv);
 int moat_client_kill(int argc, char **argv);
 int moat_client_cp(int argc, char **argv);

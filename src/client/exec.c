@@ -1,18 +1,20 @@
 /* moat exec / ps / kill: processes in a sandbox. */
 #define _GNU_SOURCE
+#include "attach.h"
 #include "client.h"
 #include "http.h"
 
 #include "../base/cleanup.h"
+#include "../base/term.h"
 
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-#include <sys/ioctl.h>
 #include <unistd.h>
 
 /* stdin is sent whole in the request body. */
@@ -20,13 +22,15 @@
 /* One server-sent event line: a chunk of output, JSON-escaped. */
 #define MAX_SSE_LINE ((size_t)64 << 20)
 
-enum { OPT_CWD = 256, OPT_ENV, OPT_TIMEOUT_MS, OPT_TTY, OPT_NO_STREAM };
+enum { OPT_CWD = 256, OPT_ENV, OPT_TIMEOUT_MS, OPT_NO_STREAM, OPT_DETACH_KEYS };
 
 static const struct option exec_opts[] = {
 	{"cwd", required_argument, NULL, OPT_CWD},
 	{"env", required_argument, NULL, OPT_ENV},
 	{"timeout-ms", required_argument, NULL, OPT_TIMEOUT_MS},
-	{"tty", no_argument, NULL, OPT_TTY},
+	{"interactive", no_argument, NULL, 'i'},
+	{"tty", no_argument, NULL, 't'},
+	{"detach-keys", required_argument, NULL, OPT_DETACH_KEYS},
 	{"no-stream", no_argument, NULL, OPT_NO_STREAM},
 	{"help", no_argument, NULL, 'h'},
 	{NULL, 0, NULL, 0},
@@ -42,11 +46,18 @@ static void exec_usage(FILE *f)
 	      "      --cwd DIR           directory to start in (default: the workspace)\n"
 	      "      --env NAME[=VALUE]  set NAME, or pass the caller's NAME (repeatable)\n"
 	      "      --timeout-ms N      kill the command after N milliseconds\n"
-	      "      --tty               run it on a terminal (output on stdout only)\n"
+	      "  -i, --interactive       keep stdin open: what you type (or pipe) goes to\n"
+	      "                          the command as it comes, over one WebSocket\n"
+	      "  -t, --tty               run it on a pseudo-terminal in the sandbox, this\n"
+	      "                          terminal in raw mode, its size followed (implies\n"
+	      "                          -i; stdin must be a terminal)\n"
+	      "      --detach-keys KEYS  leave the command running and detach, with\n"
+	      "                          KEYS typed (default ctrl-p,ctrl-q; \"\" for none);\n"
+	      "                          moat attach ID PID re-attaches\n"
 	      "      --no-stream         wait for the whole answer instead of streaming\n"
 	      "\n"
-	      "exit status: the command's (128+N if killed by signal N); 125 when moat\n"
-	      "fails or the server refuses.\n", f);
+	      "exit status: the command's (128+N if killed by signal N); 0 on a detach;\n"
+	      "125 when moat fails or the server refuses.\n", f);
 	client_help_footer(f);
 }
 
@@ -260,7 +271,7 @@ static int exec_request(const char *cmd, struct moat_http *h, const char *id,
 }
 
 static int exec_opt(json_t *body, json_t *env, int c, const char *arg, bool *stream,
-		    struct moat_err *e)
+		    struct attach_opts *ao, struct moat_err *e)
 {
 	char *end;
 	switch (c) {
@@ -281,23 +292,81 @@ static int exec_opt(json_t *body, json_t *env, int c, const char *arg, bool *str
 		return json_object_set_new(body, "timeout_ms", json_integer(v)) ?
 			moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "--timeout-ms") : 0;
 	}
-	case OPT_TTY: {
-		if (json_object_set_new(body, "tty", json_true()))
-			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "--tty");
-		/* The caller's terminal size, when there is one. */
-		struct winsize ws;
-		if ((ioctl(STDOUT_FILENO, TIOCGWINSZ, &ws) == 0 ||
-		     ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) && ws.ws_col && ws.ws_row &&
-		    (json_object_set_new(body, "cols", json_integer(ws.ws_col)) ||
-		     json_object_set_new(body, "rows", json_integer(ws.ws_row))))
-			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "--tty");
-		return 0;
-	}
 	case OPT_NO_STREAM:
 		*stream = false;
 		return 0;
+	case OPT_DETACH_KEYS:
+		return attach_parse_keys(ao, arg, e);
 	}
 	return 0;
+}
+
+/* moat exec -i/-t: start the command detached from this request (yield_ms
+ * 0: the answer comes at once, with its pid), then attach to it. */
+static int exec_started(const char *cmd, struct moat_http *h, const char *id, json_t *body,
+			const struct attach_opts *ao)
+{
+	struct moat_err e = {0};
+	_cleanup_free_ char *path = moat_http_sandbox_path(h, id, "/exec");
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	_cleanup_json_ json_t *res = NULL;
+	if (moat_http_json(h, "POST", path, NULL, body, &res, &e) < 0) {
+		moat_term_restore();
+		return client_fail_err(cmd, &e);
+	}
+	/* what it printed in its first moment came with the answer */
+	if (write_str(json_object_get(res, "stdout"), stdout, &e) < 0 ||
+	    write_str(json_object_get(res, "stderr"), stderr, &e) < 0) {
+		moat_term_restore();
+		return client_fail_err(cmd, &e);
+	}
+	if (!json_is_true(json_object_get(res, "running"))) {
+		moat_term_restore();
+		return finish(cmd, res);
+	}
+	json_int_t pid = json_integer_value(json_object_get(res, "process_id"));
+	if (pid <= 0) {
+		moat_term_restore();
+		return client_fail(cmd, "the server's answer has no process id");
+	}
+	return attach_run(cmd, h, id, (long long)pid, ao);
+}
+
+/* Until the attach's own handlers take over: a signal that ends the
+ * client puts the terminal back first (the command, detached, runs on). */
+static void restore_and_die(int sig)
+{
+	moat_term_restore();
+	signal(sig, SIG_DFL);
+	raise(sig);
+}
+
+static int exec_interactive(const char *cmd, struct moat_http *h, const char *id,
+			    json_t *body, bool tty, struct attach_opts *ao)
+{
+	struct moat_err e = {0};
+	if (json_object_set_new(body, "yield_ms", json_integer(0)) ||
+	    (tty && json_object_set_new(body, "tty", json_true())))
+		return client_fail(cmd, "out of memory");
+	unsigned short cols, rows;
+	if (tty && moat_term_size(STDIN_FILENO, &cols, &rows) &&
+	    (json_object_set_new(body, "cols", json_integer(cols)) ||
+	     json_object_set_new(body, "rows", json_integer(rows))))
+		return client_fail(cmd, "out of memory");
+	/* raw before the command starts: its first output must not pass
+	 * through this terminal's own output processing (\n to \r\n) */
+	if (tty) {
+		static const int sigs[] = {SIGTERM, SIGHUP, SIGINT, SIGQUIT};
+		for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+			signal(sigs[i], restore_and_die);
+		if (moat_term_raw(STDIN_FILENO, &e) < 0)
+			return client_fail_err(cmd, &e);
+		ao->raw = true;
+	}
+	int r = exec_started(cmd, h, id, body, ao);
+	moat_term_restore();
+	return r;
 }
 
 int moat_client_exec(int argc, char **argv)
@@ -309,20 +378,31 @@ int moat_client_exec(int argc, char **argv)
 	_cleanup_json_ json_t *argvj = json_array();
 	if (!body || !env || !argvj)
 		return client_fail(cmd, "out of memory");
-	bool stream = true;
+	bool stream = true, interactive = false, tty = false;
+	struct attach_opts ao = {.send_stdin = true};
+	if (attach_parse_keys(&ao, ATTACH_DEFAULT_KEYS, &e) < 0)
+		return client_fail_err(cmd, &e);
 	optind = 0;
 	int c;
 	/* '+': options end at the sandbox id; the command's own follow it. */
-	while ((c = getopt_long(argc, argv, "+:h", exec_opts, NULL)) != -1) {
+	while ((c = getopt_long(argc, argv, "+:hit", exec_opts, NULL)) != -1) {
 		if (c == 'h') {
 			exec_usage(stdout);
 			return 0;
 		}
 		if (c == '?' || c == ':')
 			return client_bad_option(cmd, c, argv);
-		if (exec_opt(body, env, c, optarg, &stream, &e) < 0)
+		if (c == 'i' || c == 't') {
+			interactive = true;
+			tty = tty || c == 't';
+			continue;
+		}
+		if (exec_opt(body, env, c, optarg, &stream, &ao, &e) < 0)
 			return client_fail_err(cmd, &e);
 	}
+	if (tty && isatty(STDIN_FILENO) != 1)
+		return client_fail(cmd, "-t (--tty): stdin is not a terminal (run it from a "
+			    "terminal, or use -i alone for a command without one)");
 	if (optind >= argc)
 		return client_fail(cmd, "no sandbox id given (usage: moat exec [OPTIONS] ID -- COMMAND [ARG...])");
 	const char *id = argv[optind++];
@@ -334,7 +414,7 @@ int moat_client_exec(int argc, char **argv)
 		if (json_array_append_new(argvj, json_string(argv[i])))
 			return client_fail(cmd, "argument '%s' is not valid UTF-8", argv[i]);
 	json_t *in = NULL;
-	if (read_stdin(&in, &e) < 0)
+	if (!interactive && read_stdin(&in, &e) < 0)
 		return client_fail_err(cmd, &e);
 	if (json_object_set(body, "cmd", argvj) ||
 	    (json_object_size(env) && json_object_set(body, "env", env)) ||
@@ -344,6 +424,8 @@ int moat_client_exec(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
+	if (interactive)
+		return exec_interactive(cmd, h, id, body, tty, &ao);
 	return exec_request(cmd, h, id, body, stream);
 }
 
@@ -457,4 +539,62 @@ int moat_client_kill(int argc, char **argv)
 	if (moat_http_json(h, "DELETE", path, sig ? query : NULL, NULL, NULL, &e) < 0)
 		return client_fail_err(cmd, &e);
 	return 0;
+}
+
+/* ---- attach ------------------------------------------------------------ */
+
+int moat_client_attach(int argc, char **argv)
+{
+	const char *cmd = "attach";
+	struct moat_err e = {0};
+	enum { OPT_KEYS = 256, OPT_NO_STDIN };
+	static const struct option opts[] = {
+		{"detach-keys", required_argument, NULL, OPT_KEYS},
+		{"no-stdin", no_argument, NULL, OPT_NO_STDIN},
+		{"help", no_argument, NULL, 'h'},
+		{NULL, 0, NULL, 0},
+	};
+	struct attach_opts ao = {.send_stdin = true};
+	if (attach_parse_keys(&ao, ATTACH_DEFAULT_KEYS, &e) < 0)
+		return client_fail_err(cmd, &e);
+	optind = 0;
+	int c;
+	while ((c = getopt_long(argc, argv, "+:h", opts, NULL)) != -1) {
+		if (c == 'h') {
+			fputs("usage: moat attach [OPTIONS] ID PID\n"
+			      "\n"
+			      "Attach this terminal to process PID of sandbox ID (see moat ps): its\n"
+			      "output from now on, what you type as its input, and for a process on a\n"
+			      "pseudo-terminal (moat exec -t) raw mode and the window size. One attach\n"
+			      "at a time per process. Detaching leaves the process running.\n"
+			      "\n"
+			      "      --detach-keys KEYS  detach with KEYS (default ctrl-p,ctrl-q; \"\" for none)\n"
+			      "      --no-stdin          only follow the output\n"
+			      "\n"
+			      "exit status: the process's when it ends (128+N if killed by signal N);\n"
+			      "0 on a detach; 125 when moat fails or the server refuses.\n"
+			      "environment: MOAT_URL (default http://127.0.0.1:7070), MOAT_API_TOKEN.\n",
+			      stdout);
+			return 0;
+		}
+		if (c == OPT_KEYS) {
+			if (attach_parse_keys(&ao, optarg, &e) < 0)
+				return client_fail_err(cmd, &e);
+			continue;
+		}
+		if (c == OPT_NO_STDIN) {
+			ao.send_stdin = false;
+			continue;
+		}
+		return client_bad_option(cmd, c, argv);
+	}
+	if (argc - optind != 2)
+		return client_fail(cmd, "expected ID PID (usage: moat attach [OPTIONS] ID PID)");
+	const char *pid = argv[optind + 1];
+	if (!*pid || strspn(pid, "0123456789") != strlen(pid) || strlen(pid) > 10)
+		return client_fail(cmd, "'%s' is not a process id", pid);
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	return attach_run(cmd, h, argv[optind], strtoll(pid, NULL, 10), &ao);
 }

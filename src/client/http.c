@@ -84,6 +84,11 @@ void moat_http_free(struct moat_http *h)
 	curl_global_cleanup();
 }
 
+const char *moat_http_auth(const struct moat_http *h)
+{
+	return h->auth;
+}
+
 const char *moat_http_url(const struct moat_http *h)
 {
 	return h->url;

@@ -23,6 +23,9 @@ static inline void moat_http_freep(struct moat_http **h)
 }
 #define _cleanup_http_ __attribute__((cleanup(moat_http_freep)))
 const char *moat_http_url(const struct moat_http *h);
+/* "Authorization: Bearer <token>" from $MOAT_API_TOKEN, or NULL (for a
+ * request written by hand: moat attach's WebSocket handshake). */
+const char *moat_http_auth(const struct moat_http *h);
 
 /* For moat_http_do and for callers with their own easy handles (moat mcp's
  * multi loop). The headers every request carries, appended to *hdrs:

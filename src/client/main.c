@@ -13,6 +13,7 @@ static const struct {
 	{"create", moat_client_create, "create a sandbox, print its id"},
 	{"ls", moat_client_ls, "list sandboxes"},
 	{"exec", moat_client_exec, "run a command in a sandbox"},
+	{"attach", moat_client_attach, "attach this terminal to a sandbox process"},
 	{"cp", moat_client_cp, "copy a file into or out of a sandbox"},
 	{"patch", moat_client_patch, "apply a patch (apply_patch format or a unified diff) in a sandbox"},
 	{"ps", moat_client_ps, "list a sandbox's processes"},

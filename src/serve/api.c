@@ -4,6 +4,7 @@
 #define _GNU_SOURCE
 #include "api.h"
 
+#include "attach.h"
 #include "box.h"
 #include "core.h"
 #include "http.h"
@@ -697,6 +698,8 @@ void api_route(struct evhttp_request *req)
 		m == EVHTTP_REQ_GET ? h_ps(req, b) : not_allowed(req);
 	else if (!strcmp(what, "processes") && n == 6 && !strcmp(seg[5], "stdin"))
 		m == EVHTTP_REQ_POST ? h_stdin(req, b, seg[4]) : not_allowed(req);
+	else if (!strcmp(what, "processes") && n == 6 && !strcmp(seg[5], "attach"))
+		attach_route(req, b, seg[4]);
 	else if (!strcmp(what, "processes") && n == 5)
 		m == EVHTTP_REQ_DELETE ? h_signal(req, b, seg[4]) : not_allowed(req);
 	else if (!strcmp(what, "files") && (n == 4 || n == 5))

@@ -50,6 +50,7 @@ struct guard {
 		char msg[192];
 	} pending[MAX_PENDING]; /* slots with at <= seen are free */
 	bool busy;
+	bool released;      /* the connection left HTTP (guard_release) */
 	void (*user_cb)(struct evhttp_connection *, void *);
 	void *user_arg;
 };
@@ -603,7 +604,7 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 	if (!info->n_added)
 		return;
 	struct guard *g = find_bev(bev);
-	if (g && g->busy)
+	if (g && (g->busy || g->released))
 		return;
 	if (!g) {
 		void *cbarg = NULL;
@@ -659,6 +660,17 @@ static void on_input(struct evbuffer *in, const struct evbuffer_cb_info *info, v
 	}
 	run(g, in);
 	g->busy = false;
+}
+
+int guard_release(struct bufferevent *bev, struct evbuffer *to)
+{
+	struct guard *g = find_bev(bev);
+	if (!g || g->released)
+		return 0;
+	g->released = true;
+	/* (not back into the input: a bufferevent's input takes bytes only
+	 * from its socket) */
+	return evbuffer_add_buffer(to, g->raw);
 }
 
 void guard_set_limit(guard_limit_fn fn)

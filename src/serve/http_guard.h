@@ -38,6 +38,11 @@ struct guard_refusal {
  * was refused by the framer (then *r says how to answer). */
 bool guard_refused(struct evhttp_request *req, struct guard_refusal *r);
 
+/* The connection leaves HTTP (a WebSocket upgrade, answered by its
+ * door): the framer stops and moves what it still held (the bytes that
+ * followed the request, if any) to the end of to. -1 when out of memory. */
+int guard_release(struct bufferevent *bev, struct evbuffer *to);
+
 /* evhttp_connection_set_closecb, shared with the guard's own use. */
 void guard_set_closecb(struct evhttp_connection *c,
 		       void (*cb)(struct evhttp_connection *, void *), void *arg);

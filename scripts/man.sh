@@ -21,7 +21,15 @@ verbatim() { sed -e 's/\\/\\e/g' -e "s/^\\([.']\\)/\\\\\\&\\1/" -e 's/-/\\-/g'; 
 # command whose --help fails is left out rather than shown wrong)
 inc=$out/moat-commands.h2m
 printf '[COMMANDS]\n' > "$inc"
-for cmd in doctor token create ls exec cp patch ps kill rm mcp; do
+# (the commands as `moat --help` lists them, the same parse as completion.sh;
+# run and serve have pages of their own)
+cmds=$("$moat" --help | awk '
+	/^commands:/ { on = 1; next }
+	on && /^$/ { exit }
+	on { sub(/^ +/, ""); split($0, col, /   +/); n = split(col[1], alt, / \| /)
+	     for (i = 1; i <= n; i++) { split(alt[i], w, " "); print w[1] } }')
+for cmd in $cmds; do
+	case $cmd in run | serve | help | version) continue ;; esac
 	if text=$("$moat" "$cmd" --help 2>/dev/null); then
 		printf '.SS "moat %s"\n.nf\n' "$cmd" >> "$inc"
 		printf '%s\n' "$text" | verbatim >> "$inc"

@@ -1588,16 +1588,21 @@ def test_shared_placeholder_carries_no_content_and_always_goes(run, ws):
     sandbox that did not mask it in the case it stands for) must not be
     able to write through it into the others, even after a chmod; and a
     changed mode must not keep moat from removing every name at the end."""
-    p = run.popen(["--", SH, "-c", "sleep 2"])
+    # The command announces that it runs (every placeholder is in place by
+    # then) and holds the sandbox up until the checks are done: no wait for
+    # one name while another is used, no sleep that a busy machine outlasts.
+    p = run.popen(["--", SH, "-c", "echo READY; read x"], stdin=subprocess.PIPE)
     try:
-        assert wait_until(lambda: os.path.lexists(ws / ".zshrc"), timeout=5)
+        assert p.stdout.readline() == b"READY\n"
+        names = (".zshrc", ".bashrc", ".mcp.json")
+        assert all(os.path.lexists(ws / n) for n in names), os.listdir(ws)
         os.chmod(ws / ".zshrc", 0o666)
-        for n in (".zshrc", ".bashrc", ".mcp.json"):
+        for n in names:
             with pytest.raises(OSError):
                 with open(ws / n, "w") as f:
                     f.write("EVIL\n")
     finally:
-        p.communicate(timeout=20)
+        p.communicate(input=b"\n", timeout=60)
     assert p.returncode == 0
     left = sorted(os.listdir(ws))
     assert left == [], left

@@ -1381,7 +1381,9 @@ def test_orphans_do_not_outlive_command(run, ws, reap_marker, how):
                          f"import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                          f"os.execvp(\"sleep\", [\"sleep\", \"{m}\"])' &"),
     }[how]
-    r = run.sh(script + f"\nsleep 0.3; pgrep -f {m} >/dev/null && echo RUNNING; exit 0")
+    # wait for the orphan to exist (not a fixed 0.3 s a busy machine outlasts)
+    r = run.sh(script + f"\ni=0; while ! pgrep -f {m} >/dev/null && [ $i -lt 600 ]; do "
+               f"sleep 0.05; i=$((i+1)); done\npgrep -f {m} >/dev/null && echo RUNNING; exit 0")
     assert r.returncode == 0, r.stderr
     assert "RUNNING" in r.stdout  # the orphan really was started
     assert wait_until(lambda: not pids_with(m), timeout=2), pids_with(m)
@@ -1566,14 +1568,19 @@ def test_overlapping_runs_do_not_share_writable_placeholders(run, base):
     outer = base / "outer"
     inner = outer / "inner"
     inner.mkdir(parents=True)
-    b = run.popen(["-w", inner, "--deny-write", inner / "foo", "--", SH, "-c", "sleep 2"])
+    # B holds until A is done (a sleep could end first on a busy machine,
+    # taking B's placeholders with it and leaving nothing to test)
+    b = run.popen(["-w", inner, "--deny-write", inner / "foo", "--", SH, "-c",
+                   "echo READY; read x"], stdin=subprocess.PIPE)
     try:
-        assert wait_until(lambda: (inner / "foo").exists(), timeout=5)
+        assert b.stdout.readline() == b"READY\n"
+        assert (inner / "foo").exists() and os.path.lexists(inner / ".bashrc")
         r = run.sh('chmod 644 inner/foo 2>/dev/null; echo EVIL > inner/foo 2>/dev/null; echo DONE',
                    ws=str(outer))
         assert "DONE" in r.stdout, r.stderr
+        assert os.path.lexists(inner / ".bashrc")  # B was still up
     finally:
-        b.communicate(timeout=20)
+        b.communicate(input=b"\n", timeout=60)
     # foo is B's name, not A's: A may write it. No other placeholder (B's
     # .bashrc, .mcp.json, ...) may have received the content with it.
     for n in os.listdir(inner):

@@ -37,6 +37,54 @@
 
 static dev_t mask_dev;
 static bool have_mask_dev;
+/* The engine's readable placeholder objects (src/jail/internal.h JAIL_PH_*:
+ * an empty 0444 file, an empty 0555 directory), known by inode. */
+static ino_t ph_file_ino, ph_dir_ino;
+
+/* A mountinfo path field: octal escapes (\040 ...) decoded in place. */
+static void unescape(char *s)
+{
+	char *o = s;
+	for (char *p = s; *p; p++) {
+		if (p[0] == '\\' && p[1] >= '0' && p[1] <= '3' && p[2] >= '0' && p[2] <= '7' &&
+		    p[3] >= '0' && p[3] <= '7') {
+			*o++ = (char)((p[1] - '0') * 64 + (p[2] - '0') * 8 + (p[3] - '0'));
+			p += 3;
+		} else {
+			*o++ = *p;
+		}
+	}
+	*o = '\0';
+}
+
+/* Placeholders are binds of those two objects: a mount whose root within
+ * the mask filesystem is /masks/ph or /masks/phdir names them. Found once,
+ * at the start (every placeholder is mounted before the agent runs). */
+static void find_placeholders(void)
+{
+	_cleanup_fclose_ FILE *f = fopen("/proc/self/mountinfo", "re");
+	_cleanup_free_ char *line = NULL;
+	size_t cap = 0;
+	while (f && (!ph_file_ino || !ph_dir_ino) && getline(&line, &cap, f) > 0) {
+		char *save = NULL, *fld[5];
+		int n = 0;
+		for (char *t = strtok_r(line, " ", &save); t && n < 5; t = strtok_r(NULL, " ", &save))
+			fld[n++] = t;
+		if (n < 5)
+			continue;
+		bool file = strcmp(fld[3], "/masks/ph") == 0, dir = strcmp(fld[3], "/masks/phdir") == 0;
+		if (!file && !dir)
+			continue;
+		unescape(fld[4]);
+		struct stat st;
+		if (stat(fld[4], &st) < 0 || st.st_dev != mask_dev)
+			continue;
+		if (file && S_ISREG(st.st_mode) && st.st_size == 0)
+			ph_file_ino = st.st_ino;
+		else if (dir && S_ISDIR(st.st_mode))
+			ph_dir_ino = st.st_ino;
+	}
+}
 
 void fs_init(void)
 {
@@ -49,13 +97,14 @@ void fs_init(void)
 		if (statfs("/proc/timer_list", &sf) == 0 && sf.f_type != PROC_SUPER_MAGIC) {
 			mask_dev = st.st_dev;
 			have_mask_dev = true;
+			find_placeholders();
 		}
 	}
 }
 
-/* Masks and placeholders are the engine's empty, mode-000 file and
- * directory; the sandbox's /tmp and home live on the same filesystem, so
- * the device alone does not tell. */
+/* Masks are the engine's empty, mode-000 file and directory, placeholders
+ * its readable empty ones (by inode); the sandbox's /tmp and home live on
+ * the same filesystem, so the device alone does not tell. */
 static bool is_mask(const struct stat *st);
 
 bool fs_is_mask(const struct stat *st)
@@ -65,7 +114,11 @@ bool fs_is_mask(const struct stat *st)
 
 static bool is_mask(const struct stat *st)
 {
-	if (!have_mask_dev || st->st_dev != mask_dev || (st->st_mode & 07777) != 0)
+	if (!have_mask_dev || st->st_dev != mask_dev)
+		return false;
+	if (st->st_ino && (st->st_ino == ph_file_ino || st->st_ino == ph_dir_ino))
+		return true;
+	if ((st->st_mode & 07777) != 0)
 		return false;
 	return S_ISDIR(st->st_mode) ? st->st_nlink <= 2 : S_ISREG(st->st_mode) && st->st_size == 0;
 }

@@ -72,6 +72,7 @@ void jail_mount_free(struct jail_ctx *c)
 		free(c->ops[i].src);
 		free(c->ops[i].dst);
 		free(c->ops[i].host);
+		free(c->ops[i].text);
 		moat_strv_free(&c->ops[i].extra);
 		moat_strv_free(&c->ops[i].repos);
 		moat_strv_free(&c->ops[i].watch);
@@ -361,6 +362,19 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 			return -1;
 	}
 
+
+	/* The sandbox's own accounts over the host's (or the image's, when
+	 * they lack the sandbox's ids): after the binds (an allow-read of /etc
+	 * is covered too), before the masks (a deny-read still wins). */
+	if (!p->users && p->fs_base != MOAT_FS_HOST_WRITE) {
+		char *text[2];
+		static const char *const at[2] = {"/etc/passwd", "/etc/group"};
+		jail_accounts(c, &text[0], &text[1]);
+		for (int i = 0; i < 2; i++)
+			if (text[i])
+				add_op(c, MOP_GEN_FILE, NULL, at[i], MOP_F_OPTIONAL, LL_NONE)->text =
+					text[i];
+	}
 
 	/* 3. masks: secrets, then the policy's deny-read; only where a host
 	 * bind makes them visible at all */
@@ -907,6 +921,46 @@ static int op_users_etc(struct jail_ctx *c, const char *dst, struct moat_err *e)
 	return 0;
 }
 
+/* A generated file over dst: written into the setup tmpfs, then a
+ * read-only, nosuid, nodev, noexec clone of it is moved onto the object
+ * dst names as the sandbox resolves it (RESOLVE_IN_ROOT, the last
+ * component not followed: a symlinked /etc/passwd is covered itself, and
+ * no link can point the mount elsewhere). */
+static int op_gen_file(int rootfd, const struct mop *op, struct moat_err *e)
+{
+	static unsigned n;
+	char src[32];
+	snprintf(src, sizeof src, "/gen%u", n++);
+	_cleanup_close_ int dfd = open_in_root(rootfd, op->dst, false);
+	if (dfd < 0) {
+		if ((op->flags & MOP_F_OPTIONAL) && (errno == ENOENT || errno == ENOTDIR))
+			return 0;
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
+	}
+	struct stat st;
+	if (fstat(dfd, &st) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", op->dst);
+	if (S_ISDIR(st.st_mode))
+		return moat_err_set(e, MOAT_E_USAGE, EISDIR, "%s", op->dst);
+	{
+		_cleanup_close_ int fd = open(src, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
+						   O_CLOEXEC, 0444);
+		if (fd < 0 || moat_write_all(fd, op->text, strlen(op->text)) < 0 ||
+		    fchmod(fd, 0444) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "write %s for %s", src,
+					    op->dst);
+	}
+	_cleanup_close_ int t = open_tree(AT_FDCWD, src, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (t < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", src);
+	if (set_attr(t, "", AT_EMPTY_PATH, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
+		     MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, op->dst, e) < 0)
+		return -1;
+	if (move_mount(t, "", dfd, "", MOVE_MOUNT_F_EMPTY_PATH | MOVE_MOUNT_T_EMPTY_PATH) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "mount %s", op->dst);
+	return 0;
+}
+
 static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_err *e)
 {
 	char src[PATH_MAX], dst[PATH_MAX];
@@ -959,10 +1013,57 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 		return op_snapshot(op, src, dst, e);
 	case MOP_RESOLV:
 		return jail_net_resolv_child(rootfd, op->dst, e);
+	case MOP_GEN_FILE:
+		return op_gen_file(rootfd, op, e);
 	case MOP_ROOT_RO:
 		return set_attr(AT_FDCWD, NEW, 0, MOUNT_ATTR_RDONLY, "/", e);
 	}
 	return moat_err_set(e, MOAT_E_SYSTEM, EINVAL, "unknown mount op");
+}
+
+/* PATH keeps only the directories the finished view has: the caller's
+ * ~/.pyenv/shims or ~/.cargo/bin under a private home, a hidden path, are
+ * not there and would only name what the sandbox cannot see. Checked here,
+ * in the tree itself (no second model of the plan), before the command
+ * runs; order kept, relative entries (cwd-dependent) kept. In place: the
+ * child owns a copy of the environment (clone without CLONE_VM), built by
+ * the caller on the heap, and the result is never longer; no allocation
+ * after clone. Every entry gone: left as it was (nothing to search). */
+static void path_filter(char *const *envp)
+{
+	char *v = NULL;
+	for (size_t i = 0; envp && envp[i] && !v; i++)
+		if (strncmp(envp[i], "PATH=", 5) == 0)
+			v = envp[i] + 5;
+	if (!v)
+		return;
+	char *out = v, *p = v;
+	bool kept = false;
+	for (;;) {
+		char *end = strchrnul(p, ':');
+		size_t n = (size_t)(end - p);
+		bool keep = true;
+		if (n && p[0] == '/' && n < PATH_MAX) {
+			char dir[PATH_MAX];
+			struct stat st;
+			memcpy(dir, p, n);
+			dir[n] = '\0';
+			keep = stat(dir, &st) == 0 && S_ISDIR(st.st_mode);
+		}
+		if (keep) {
+			if (kept)
+				*out++ = ':';
+			memmove(out, p, n);
+			out += n;
+			kept = true;
+		}
+		if (!*end)
+			break;
+		p = end + 1;
+	}
+	if (kept)
+		*out = '\0';
+	/* else: every entry gone, PATH untouched (out == v never written past) */
 }
 
 /* inodes of the setup tmpfs that moat itself uses (mount points, masks) */
@@ -987,12 +1088,22 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 	if (mount("tmpfs", "/tmp", "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup tmpfs");
 	if (mkdir("/tmp/newroot", 0755) < 0 || mkdir("/tmp/oldroot", 0755) < 0 ||
-	    mkdir("/tmp/masks", 0755) < 0 || mkdir("/tmp/masks/emptydir", 0) < 0)
+	    mkdir("/tmp/masks", 0755) < 0 || mkdir("/tmp/masks/emptydir", 0) < 0 ||
+	    mkdir("/tmp/masks/phdir", 0) < 0 || chmod("/tmp/masks/phdir", 0555) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup dirs");
-	int fd = open("/tmp/masks/empty", O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
-	if (fd < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "setup file");
-	close(fd);
+	static const struct { const char *path; unsigned mode; } srcs[] = {
+		{"/tmp/masks/empty", 0}, {"/tmp/masks/ph", 0444},
+	};
+	for (size_t i = 0; i < sizeof srcs / sizeof srcs[0]; i++) {
+		int fd = open(srcs[i].path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0);
+		if (fd < 0 || fchmod(fd, srcs[i].mode) < 0) {
+			int err = errno;
+			if (fd >= 0)
+				close(fd);
+			return moat_err_set(e, MOAT_E_SYSTEM, err, "setup file");
+		}
+		close(fd);
+	}
 	if (c->p->net == MOAT_NET_NONE && jail_net_resolv_file("/tmp" JAIL_RESOLV_FILE, e) < 0)
 		return -1;
 	if (mount("/tmp/masks", "/tmp/masks", NULL, MS_BIND, NULL) < 0 ||
@@ -1029,5 +1140,6 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "pivot_root");
 	if (umount2(".", MNT_DETACH) < 0 || chdir("/") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "detach setup root");
+	path_filter(c->l->envp);
 	return 0;
 }

@@ -15,7 +15,11 @@
  *     itself (neither followed nor replaceable); a component is missing (or
  *     is another sandbox's placeholder) -> create an empty mode-000
  *     placeholder and mount an empty read-only object over it, so the name
- *     can never be created inside. The host removes placeholders after the
+ *     can never be created inside. That object is readable (JAIL_PH_*:
+ *     0444 file, 0555 directory): tools inside meet an empty entry, not a
+ *     mode-000 one (git: "could not open directory .idea/"). No entry at
+ *     all cannot be had: nothing in the kernel refuses one name's creation
+ *     in a directory the sandbox may write (docs/SECURITY.md). The host removes placeholders after the
  *     last sandbox using the root ends (jail_protect_cleanup).
  *
  * If the sandbox user could not create the placeholder either (read-only or
@@ -94,6 +98,15 @@ static bool is_placeholder(const struct stat *st)
 	if (S_ISREG(st->st_mode))
 		return st->st_size == 0;
 	return S_ISDIR(st->st_mode) || S_ISSOCK(st->st_mode);
+}
+
+/* The readable object mounted over a placeholder (JAIL_PH_*), seen again
+ * from a later name below it: the very inode, not a look-alike. */
+static bool is_ph_mask(const struct stat *st)
+{
+	struct stat m;
+	const char *src = S_ISDIR(st->st_mode) ? JAIL_PH_DIR : JAIL_PH_FILE;
+	return stat(src, &m) == 0 && m.st_dev == st->st_dev && m.st_ino == st->st_ino;
 }
 
 /* Split rel into components in buf; returns the count. */
@@ -373,19 +386,20 @@ static int protect_one(int rootfd, const char *root, const char *rel, bool creat
 				return moat_err_set(e, MOAT_E_SYSTEM, errno, "protect %s", what);
 			if (fstat(fd, &st) < 0)
 				return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", what);
-			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR
-								   : JAIL_EMPTY_FILE, fd, what, e);
+			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_PH_DIR : JAIL_PH_FILE,
+					       fd, what, e);
 		}
 		if (fstat(fd, &st) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", what);
 		if (S_ISLNK(st.st_mode))
 			return jail_mount_onto(JAIL_EMPTY_FILE, fd, what, e);
 		struct stat pst;
-		if (fstat(cur, &pst) == 0 && pst.st_dev != st.st_dev && is_placeholder(&st))
+		if (fstat(cur, &pst) == 0 && pst.st_dev != st.st_dev &&
+		    (is_placeholder(&st) || is_ph_mask(&st)))
 			return 0; /* our own mask, from an earlier name (.git/config after .git/hooks) */
 		if (is_placeholder(&st)) /* another sandbox's: mask it like ours */
-			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_EMPTY_DIR
-								   : JAIL_EMPTY_FILE, fd, what, e);
+			return jail_mount_onto(S_ISDIR(st.st_mode) ? JAIL_PH_DIR : JAIL_PH_FILE,
+					       fd, what, e);
 		if (last || !S_ISDIR(st.st_mode))
 			return jail_mount_ro_self(fd, what, e);
 		close(cur);

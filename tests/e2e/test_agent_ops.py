@@ -553,8 +553,16 @@ def test_watch_wait_timeouts_poll_replace_cancel(sb):
     sb.sh(": > w/x")
     js, _ = sb.reply(i, timeout=10)
     assert ("x", "create") in [(e["name"], e["type"]) for e in js["events"]], js
-    time.sleep(0.2)
-    sb.ok("watch_wait", watch_id=wid, timeout_ms=0, poll=True)  # drain
+    # drain: the rest of x's events (close_write...) may reach the agent
+    # after the first answer; two empty polls in a row (the agent has read
+    # its inotify queue in between) rather than one after a guessed 0.2 s
+    empty = 0
+    for _ in range(200):
+        js, _ = sb.ok("watch_wait", watch_id=wid, timeout_ms=0, poll=True)
+        empty = empty + 1 if js["events"] == [] else 0
+        if empty == 2:
+            break
+    assert empty == 2, js
     # a second wait answers the first at once, empty
     i1 = sb.send("watch_wait", watch_id=wid, timeout_ms=0)
     time.sleep(0.2)

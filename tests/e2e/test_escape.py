@@ -1407,7 +1407,9 @@ def test_orphans_do_not_outlive_command(run, ws, reap_marker, how):
                          f"import signal; signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                          f"os.execvp(\"sleep\", [\"sleep\", \"{m}\"])' &"),
     }[how]
-    r = run.sh(script + f"\nsleep 0.3; pgrep -f {m} >/dev/null && echo RUNNING; exit 0")
+    # wait for the orphan to exist (not a fixed 0.3 s a busy machine outlasts)
+    r = run.sh(script + f"\ni=0; while ! pgrep -f {m} >/dev/null && [ $i -lt 600 ]; do "
+               f"sleep 0.05; i=$((i+1)); done\npgrep -f {m} >/dev/null && echo RUNNING; exit 0")
     assert r.returncode == 0, r.stderr
     assert "RUNNING" in r.stdout  # the orphan really was started
     assert wait_until(lambda: not pids_with(m), timeout=2), pids_with(m)
@@ -1592,14 +1594,19 @@ def test_overlapping_runs_do_not_share_writable_placeholders(run, base):
     outer = base / "outer"
     inner = outer / "inner"
     inner.mkdir(parents=True)
-    b = run.popen(["-w", inner, "--deny-write", inner / "foo", "--", SH, "-c", "sleep 2"])
+    # B holds until A is done (a sleep could end first on a busy machine,
+    # taking B's placeholders with it and leaving nothing to test)
+    b = run.popen(["-w", inner, "--deny-write", inner / "foo", "--", SH, "-c",
+                   "echo READY; read x"], stdin=subprocess.PIPE)
     try:
-        assert wait_until(lambda: (inner / "foo").exists(), timeout=5)
+        assert b.stdout.readline() == b"READY\n"
+        assert (inner / "foo").exists() and os.path.lexists(inner / ".bashrc")
         r = run.sh('chmod 644 inner/foo 2>/dev/null; echo EVIL > inner/foo 2>/dev/null; echo DONE',
                    ws=str(outer))
         assert "DONE" in r.stdout, r.stderr
+        assert os.path.lexists(inner / ".bashrc")  # B was still up
     finally:
-        b.communicate(timeout=20)
+        b.communicate(input=b"\n", timeout=60)
     # foo is B's name, not A's: A may write it. No other placeholder (B's
     # .bashrc, .mcp.json, ...) may have received the content with it.
     for n in os.listdir(inner):
@@ -1614,16 +1621,21 @@ def test_shared_placeholder_carries_no_content_and_always_goes(run, ws):
     sandbox that did not mask it in the case it stands for) must not be
     able to write through it into the others, even after a chmod; and a
     changed mode must not keep moat from removing every name at the end."""
-    p = run.popen(["--", SH, "-c", "sleep 2"])
+    # The command announces that it runs (every placeholder is in place by
+    # then) and holds the sandbox up until the checks are done: no wait for
+    # one name while another is used, no sleep that a busy machine outlasts.
+    p = run.popen(["--", SH, "-c", "echo READY; read x"], stdin=subprocess.PIPE)
     try:
-        assert wait_until(lambda: os.path.lexists(ws / ".zshrc"), timeout=5)
+        assert p.stdout.readline() == b"READY\n"
+        names = (".zshrc", ".bashrc", ".mcp.json")
+        assert all(os.path.lexists(ws / n) for n in names), os.listdir(ws)
         os.chmod(ws / ".zshrc", 0o666)
-        for n in (".zshrc", ".bashrc", ".mcp.json"):
+        for n in names:
             with pytest.raises(OSError):
                 with open(ws / n, "w") as f:
                     f.write("EVIL\n")
     finally:
-        p.communicate(timeout=20)
+        p.communicate(input=b"\n", timeout=60)
     assert p.returncode == 0
     left = sorted(os.listdir(ws))
     assert left == [], left

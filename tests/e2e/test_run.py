@@ -473,7 +473,8 @@ def test_limits_applied_and_removed(run, ws):
     code = ("import os\n"
             "print(open('/proc/self/cgroup').read())\n")
     p = run.popen(["-w", ws, "--memory", "256M", "--pids", "100", "--cpus", "0.5",
-                   "--", PY, "-c", code + "import time; time.sleep(0.5)"])
+                   "--", PY, "-c", code + "import sys; sys.stdin.read()"],
+                  stdin=subprocess.PIPE)
     dirs = wait_until(lambda: len(moat_cgroup_dirs(p.pid)) == 3 and moat_cgroup_dirs(p.pid))
     assert dirs, "cgroups not created"
     vals = {}
@@ -481,7 +482,7 @@ def test_limits_applied_and_removed(run, ws):
         for f in ("memory.limit_in_bytes", "pids.max", "cpu.cfs_quota_us"):
             if os.path.exists(os.path.join(d, f)):
                 vals[f] = open(os.path.join(d, f)).read().strip()
-    out, err = p.communicate(timeout=20)
+    out, err = p.communicate(input=b"", timeout=60)  # the command held until read
     assert p.returncode == 0, err
     assert vals == {"memory.limit_in_bytes": str(256 << 20), "pids.max": "100",
                     "cpu.cfs_quota_us": "50000"}

@@ -1549,7 +1549,11 @@ def test_process_ended_is_conflict(srv, box):
     r = srv.ex(box, "sleep 0.3", yield_ms=10)
     assert r["running"] is True, r
     pid = r["process_id"]
-    time.sleep(1.2)
+
+    def ended():  # as the daemon reports it, not a guess of 1.2 s
+        procs = srv.get(f"/v1/sandboxes/{box}/processes").json()["processes"]
+        return not any(p["process_id"] == pid and p["running"] for p in procs)
+    assert wait_until(ended, timeout=30)
     assert_error(srv.delete(f"/v1/sandboxes/{box}/processes/{pid}?signal=TERM"), 409, "conflict")
     s = srv.stdin(box, pid, yield_ms=100).json()
     assert s["running"] is False and s["exit_code"] == 0, s
@@ -3100,7 +3104,7 @@ def test_restart_after_sigterm_and_dead_sandbox():
         assert [p for p in pids_with(m) if proc_cmdline_starts(p, "sleep")]
         # b's sandbox dies while no daemon runs
         os.kill(agent_b, signal.SIGKILL)
-        time.sleep(0.3)
+        assert wait_until(lambda: gone(agent_b), timeout=30)  # dead before the restart
         d.start()
         assert d.get(f"/v1/sandboxes/{a}").json()["state"] == "running"
         assert d.get(f"/v1/sandboxes/{b}").json()["state"] == "stopped"

@@ -177,15 +177,16 @@ def test_root_cannot_read_root_only_files_created_later(run):
     try:
         empty.mkdir(mode=0o700)
         p = run.popen(["-w", run.ws, "--users", "--user", "root", "--", SH, "-c",
-                       f"echo ready; sleep 2; cat {new}/key {empty}/key 2>&1; echo end"],
-                      text=True)
+                       f"echo ready; read x; cat {new}/key {empty}/key 2>&1; echo end"],
+                      text=True, stdin=subprocess.PIPE)
         assert p.stdout.readline().strip() == "ready"
         new.mkdir(mode=0o700)
         for d in (new, empty):
             k = d / "key"
             k.write_text(f"LATER-SECRET-{d.name}\n")
             os.chmod(k, 0o600)
-        out, err = p.communicate(timeout=60)
+        # the sandbox reads only once the keys are there (no sleep to outrun)
+        out, err = p.communicate(input="\n", timeout=60)
         assert (new / "key").exists() and (empty / "key").exists()
         assert "LATER-SECRET" not in out, out + err
         assert out.rstrip().endswith("end"), out + err

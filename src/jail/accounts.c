@@ -1,0 +1,140 @@
+/* The sandbox's own /etc/passwd and /etc/group (docs/policy.md "Who am I
+ * inside"): the host's account list is none of the sandbox's business, and
+ * with one id mapped, every other owner shows as nobody anyway.
+ *
+ *   host root:  root (0), sandbox (the one mapped id, 1000), nobody (65534)
+ *   rootless:   root (0), the caller's own name and id, nobody (65534)
+ *   an image (--rootfs): the image's files, kept as they are when they
+ *     name the sandbox's ids; else the image's text with the sandbox's
+ *     line added (so `id` and `whoami` resolve), read beneath the image's
+ *     root without following a link out of it.
+ * The home is the sandbox's home (HOME inside). Users mode has its own
+ * (users.c: root and user); the host-write mode shows the host's. */
+#define _GNU_SOURCE
+#include "internal.h"
+
+#include "../base/cleanup.h"
+#include "../base/util.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <linux/openat2.h>
+#include <pwd.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+/* An image's account file is a few KB; more than this is not one. */
+#define IMAGE_FILE_MAX (1u << 20)
+
+/* A passwd field: printable, no ':' or newline (else the fallback). */
+static const char *field(const char *s, const char *fallback)
+{
+	if (!s || !*s)
+		return fallback;
+	for (const char *p = s; *p; p++)
+		if (*p == ':' || (unsigned char)*p < 0x20 || *p == 0x7f)
+			return fallback;
+	return s;
+}
+
+/* The image's file (rel beneath root), NUL-terminated, or NULL (missing,
+ * not a regular file, too big). */
+static char *image_file(const char *root, const char *rel)
+{
+	_cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
+	if (rfd < 0)
+		return NULL;
+	struct open_how how = {.flags = O_RDONLY | O_NONBLOCK | O_CLOEXEC,
+			       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
+	_cleanup_close_ int fd = (int)syscall(SYS_openat2, rfd, rel, &how, sizeof how);
+	struct stat st;
+	if (fd < 0 || fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_size > IMAGE_FILE_MAX)
+		return NULL;
+	char *buf = malloc((size_t)st.st_size + 2);
+	if (!buf)
+		return NULL;
+	size_t n = 0;
+	while (n < (size_t)st.st_size) {
+		ssize_t k = read(fd, buf + n, (size_t)st.st_size - n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			break;
+		n += (size_t)k;
+	}
+	if (n && buf[n - 1] != '\n')
+		buf[n++] = '\n';
+	buf[n] = '\0';
+	return buf;
+}
+
+/* Does a passwd/group text have a line whose third field is id? */
+static bool names_id(const char *text, unsigned id)
+{
+	for (const char *l = text; l && *l;) {
+		const char *c1 = strchr(l, ':');
+		const char *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		const char *nl = strchr(l, '\n');
+		if (c2 && (!nl || c2 < nl)) {
+			char *end;
+			unsigned long v = strtoul(c2 + 1, &end, 10);
+			if (end != c2 + 1 && *end == ':' && v == id)
+				return true;
+		}
+		l = nl ? nl + 1 : NULL;
+	}
+	return false;
+}
+
+void jail_accounts(const struct jail_ctx *c, char **passwd, char **group)
+{
+	unsigned uid = (unsigned)c->uid_in, gid = (unsigned)c->gid_in;
+	const char *user = "sandbox", *grp = "sandbox";
+	char ubuf[64] = "", gbuf[64] = "";
+	if (!c->host_root) { /* rootless: the caller's own names */
+		/* fgetpwent, not getpwuid: no NSS in a static moat (an account
+		 * only NSS knows is "sandbox" inside) */
+		FILE *f = fopen("/etc/passwd", "re");
+		struct passwd *pw;
+		while (f && !ubuf[0] && (pw = fgetpwent(f)))
+			if (pw->pw_uid == (uid_t)uid)
+				snprintf(ubuf, sizeof ubuf, "%s", pw->pw_name);
+		if (f)
+			fclose(f);
+		FILE *g = fopen("/etc/group", "re");
+		struct group *gr;
+		while (g && !gbuf[0] && (gr = fgetgrent(g)))
+			if (gr->gr_gid == (gid_t)gid)
+				snprintf(gbuf, sizeof gbuf, "%s", gr->gr_name);
+		if (g)
+			fclose(g);
+		user = field(ubuf[0] ? ubuf : NULL, "sandbox");
+		grp = field(gbuf[0] ? gbuf : NULL, user);
+	}
+	const char *home = field(c->l->home, "/");
+	const char *shell = !c->p->rootfs && access("/bin/bash", X_OK) == 0 ? "/bin/bash"
+									   : "/bin/sh";
+	char *pl = moat_strdupf("%s:x:%u:%u:%s:%s:%s\n", user, uid, gid, user, home, shell);
+	char *gl = moat_strdupf("%s:x:%u:\n", grp, gid);
+	if (c->p->rootfs) {
+		_cleanup_free_ char *ip = image_file(c->p->rootfs, "etc/passwd");
+		_cleanup_free_ char *ig = image_file(c->p->rootfs, "etc/group");
+		*passwd = ip && names_id(ip, uid) ? NULL : moat_strdupf("%s%s", ip ? ip : "", pl);
+		*group = ig && names_id(ig, gid) ? NULL : moat_strdupf("%s%s", ig ? ig : "", gl);
+		free(pl);
+		free(gl);
+		return;
+	}
+	bool nobody = uid != 65534, nogroup = gid != 65534;
+	*passwd = moat_strdupf("root:x:0:0:root:/root:/bin/sh\n%s%s", uid ? pl : "",
+			       nobody ? "nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n"
+				      : "");
+	*group = moat_strdupf("root:x:0:\n%s%s", gid ? gl : "", nogroup ? "nogroup:x:65534:\n" : "");
+	free(pl);
+	free(gl);
+}

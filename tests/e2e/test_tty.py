@@ -306,3 +306,26 @@ def test_death_by_signal_is_128_plus_n(term):
     t = term(["--", "sh", "-c", "kill -TERM $$"])
     assert t.wait() == 128 + signal.SIGTERM, t.out
     assert termios.tcgetattr(t.slave) == t.before
+
+
+def test_sandbox_cannot_take_every_pty_of_the_machine(ws):
+    """The sandbox's devpts has a ceiling of its own: ptys of non-initial
+    devpts instances come from one shared pool (kernel.pty.max less
+    kernel.pty.reserve), so without it one sandbox could take them all and
+    every other sandbox's `moat run` on a terminal would fail. It opens
+    ptys until refused; the ceiling (256) comes well before the pool."""
+    prog = ("import os\n"
+            "n = 0\n"
+            "try:\n"
+            "    while n < 400:\n"
+            "        os.open('/dev/pts/ptmx', os.O_RDWR | os.O_NOCTTY)\n"
+            "        n += 1\n"
+            "except OSError as e:\n"
+            "    print('refused', e.errno)\n"
+            "print('opened', n)\n")
+    r = subprocess.run([MOAT, "run", "-w", str(ws), "--no-tty", "--", PY, "-c", prog],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       env=moat_env(), timeout=DEADLINE)
+    assert r.returncode == 0, r.stderr
+    assert "refused 28" in r.stdout, r.stdout  # ENOSPC
+    assert int(r.stdout.split("opened ")[1]) <= 256, r.stdout

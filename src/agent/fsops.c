@@ -1111,6 +1111,18 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 				failed = true;
 				break;
 			}
+			/* a diff's rename (git apply's rule, as for a new file):
+			 * not over another file */
+			struct stat ex;
+			if (f->exact &&
+			    fstatat(c->at.dir, c->at.name, &ex, AT_SYMLINK_NOFOLLOW) == 0) {
+				agent_fail(r, "patch_failed",
+					   "%s: already exists (the diff renames %s to it)",
+					   f->move_to, f->path);
+				free(neu);
+				failed = true;
+				break;
+			}
 		}
 		rc = write_file(c->at.dir, c->at.name, neu, neulen,
 				f->mode ? f->mode : st.st_mode & 0777, c->tmp, sizeof c->tmp);

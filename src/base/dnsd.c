@@ -160,7 +160,10 @@ static void accept_tcp(struct moat_dnsd *d)
 
 static void serve_conn(struct moat_dnsd *d, struct conn *c)
 {
-	for (;;) {
+	/* a bounded batch per call, as for UDP: a client that keeps writing
+	 * must not keep the caller (serve's event loop) here; what is left
+	 * stays in the socket, which is still readable for the next call */
+	for (int k = 0; k < 4; k++) {
 		ssize_t n = recv(c->fd, c->buf + c->have, sizeof c->buf - c->have, MSG_DONTWAIT);
 		if (n == 0 || (n < 0 && errno != EAGAIN && errno != EINTR)) {
 			conn_close(d, c);

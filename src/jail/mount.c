@@ -645,7 +645,7 @@ static int op_dev(const char *dst, struct moat_err *e)
 	snprintf(p, sizeof p, "%s/pts", dst);
 	if (mkdir(p, 0755) < 0 ||
 	    mount("devpts", p, "devpts", MS_NOSUID | MS_NOEXEC,
-		  "newinstance,ptmxmode=0666,mode=620") < 0)
+		  "newinstance,ptmxmode=0666,mode=620,max=256") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "devpts on %s", p);
 	snprintf(p, sizeof p, "%s/shm", dst);
 	if (scratch_bind(p, 01777, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV, e) < 0)

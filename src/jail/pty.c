@@ -13,6 +13,7 @@
 
 #include "../base/fdpass.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <stdlib.h>
@@ -71,6 +72,21 @@ int jail_pty_child(struct jail_ctx *c, struct moat_err *e)
 		}
 	if (s > 2)
 		close(s);
+	/* so do its other descriptors of a terminal (a shell's `3<>/dev/tty`,
+	 * a test's pass_fds): exec closes them for the command, but pid 1,
+	 * which never execs, would keep them for the sandbox's life */
+	DIR *d = opendir("/proc/self/fd");
+	if (!d) {
+		moat_err_set(e, MOAT_E_SYSTEM, errno, "terminal: /proc/self/fd");
+		close(m);
+		return -1;
+	}
+	for (struct dirent *de; (de = readdir(d));) {
+		int fd = atoi(de->d_name);
+		if (fd > 2 && fd != m && fd != dirfd(d) && isatty(fd))
+			close(fd);
+	}
+	closedir(d);
 	char byte = 't';
 	struct iovec iov = {.iov_base = &byte, .iov_len = 1};
 	ssize_t n = moat_send_fds(c->sync_rd, &iov, 1, &m, 1);

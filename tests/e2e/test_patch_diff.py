@@ -171,3 +171,20 @@ def test_deletion_must_match_the_whole_file(srv, box):
 ])
 def test_unsupported_refused_clearly(srv, box, diff, needle):
     assert_error(srv.patch(box, diff), 400, "invalid_request", needle)
+
+
+def test_rename_onto_an_existing_file_refused(srv, box):
+    """A diff's rename, as git apply: never over another file (which would
+    be lost without a word); nothing is changed, checked on the host."""
+    srv.fput(box, "a.txt", b"a\n")
+    srv.fput(box, "b.txt", b"precious\n")
+    srv.fput(box, "c.txt", b"c\n")
+    r = srv.patch(box, "--- a/c.txt\n+++ b/c.txt\n@@ -1 +1 @@\n-c\n+C\n"
+                       "diff --git a/a.txt b/b.txt\nsimilarity index 100%\n"
+                       "rename from a.txt\nrename to b.txt\n")
+    assert_error(r, 422, "patch_failed", "b.txt: already exists")
+    ws = srv.ws(box)
+    assert (ws / "b.txt").read_bytes() == b"precious\n"
+    assert (ws / "a.txt").read_bytes() == b"a\n"
+    assert (ws / "c.txt").read_bytes() == b"c\n"
+    assert host_names(ws, ".moat-") == []

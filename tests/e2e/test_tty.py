@@ -12,6 +12,7 @@ import os
 import re
 import select
 import signal
+import stat
 import struct
 import subprocess
 import termios
@@ -19,7 +20,7 @@ import time
 
 import pytest
 
-from conftest import (MOAT, PY, moat_env, pids_with, proc_status, sleep_marker,
+from conftest import (MOAT, PY, moat_env, pids_with, proc_cmdline, proc_status, sleep_marker,
                       sleep_started, wait_until)
 
 DEADLINE = 60
@@ -306,3 +307,67 @@ def test_death_by_signal_is_128_plus_n(term):
     t = term(["--", "sh", "-c", "kill -TERM $$"])
     assert t.wait() == 128 + signal.SIGTERM, t.out
     assert termios.tcgetattr(t.slave) == t.before
+
+
+def test_sandbox_cannot_take_every_pty_of_the_machine(ws):
+    """The sandbox's devpts has a ceiling of its own: ptys of non-initial
+    devpts instances come from one shared pool (kernel.pty.max less
+    kernel.pty.reserve), so without it one sandbox could take them all and
+    every other sandbox's `moat run` on a terminal would fail. It opens
+    ptys until refused; the ceiling (256) comes well before the pool."""
+    prog = ("import os\n"
+            "n = 0\n"
+            "try:\n"
+            "    while n < 400:\n"
+            "        os.open('/dev/pts/ptmx', os.O_RDWR | os.O_NOCTTY)\n"
+            "        n += 1\n"
+            "except OSError as e:\n"
+            "    print('refused', e.errno)\n"
+            "print('opened', n)\n")
+    r = subprocess.run([MOAT, "run", "-w", str(ws), "--no-tty", "--", PY, "-c", prog],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True,
+                       env=moat_env(), timeout=DEADLINE)
+    assert r.returncode == 0, r.stderr
+    assert "refused 28" in r.stdout, r.stdout  # ENOSPC
+    assert int(r.stdout.split("opened ")[1]) <= 256, r.stdout
+
+
+def test_no_descriptor_of_the_callers_terminal_stays_in_pid_1(ws):
+    """The caller's terminal on a descriptor above 2 (as `3<>/dev/tty` or
+    pass_fds leave it): exec closes it for the command, and pid 1 (the
+    supervisor, which never execs) must not keep it either. Checked from
+    the host, on every descriptor of the sandbox's pid 1."""
+    master, slave = os.openpty()
+    set_size(slave, 24, 80)
+    marker = sleep_marker()
+
+    def pre():
+        os.setsid()
+        fcntl.ioctl(slave, termios.TIOCSCTTY, 0)
+    p = subprocess.Popen([MOAT, "run", "-w", str(ws), "--", "sleep", marker],
+                         stdin=slave, stdout=slave, stderr=slave, pass_fds=(slave,),
+                         cwd=str(ws), preexec_fn=pre, env=moat_env({"TERM": "xterm"}))
+    try:
+        pids = sleep_started(marker, timeout=DEADLINE)
+        cmd = [q for q in pids if proc_cmdline(q).startswith(f"sleep {marker}")]
+        assert cmd, pids
+        sup = int(proc_status(cmd[0])["PPid"])
+        rdev = os.fstat(slave).st_rdev
+        try:
+            fds = os.listdir(f"/proc/{sup}/fd")
+        except PermissionError:
+            pytest.skip("pid 1 is not dumpable: only root reads its descriptors")
+        held = []
+        for fd in fds:
+            try:
+                st = os.stat(f"/proc/{sup}/fd/{fd}")
+            except OSError:
+                continue
+            if stat.S_ISCHR(st.st_mode) and st.st_rdev == rdev:
+                held.append(fd)
+        assert held == [], f"pid 1 holds the caller's terminal on {held}"
+    finally:
+        p.kill()
+        p.wait()
+        os.close(master)
+        os.close(slave)

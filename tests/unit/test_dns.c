@@ -8,6 +8,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <stdio.h>
 #include <string.h>
@@ -194,6 +195,63 @@ Test(dnsd, tcp_framing)
 	cr_assert_eq(send(c, big, 2, 0), 2);
 	serve_until(d, c);
 	cr_assert_eq(recv(c, a, sizeof a, 0), 0);
+	close(c);
+	moat_dnsd_free(d);
+}
+
+/* A sandbox that keeps writing queries on one connection must not keep
+ * the host (moat run's thread, moat serve's event loop) in one call: a
+ * call answers a bounded batch, and the rest on the next calls. */
+Test(dnsd, tcp_flood_is_served_in_bounded_batches)
+{
+	int l = socket(AF_INET, SOCK_STREAM, 0);
+	struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+	socklen_t sl = sizeof sa;
+	cr_assert_eq(bind(l, (struct sockaddr *)&sa, sizeof sa), 0);
+	/* no Nagle (the accepted socket inherits it): every byte sent is
+	 * there at once, both ways */
+	int one = 1;
+	cr_assert_eq(setsockopt(l, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), 0);
+	cr_assert_eq(listen(l, 8), 0);
+	cr_assert_eq(getsockname(l, (struct sockaddr *)&sa, &sl), 0);
+	struct moat_dnsd *d = moat_dnsd_new(-1, l, NULL, NULL);
+	cr_assert(d);
+	int c = socket(AF_INET, SOCK_STREAM, 0);
+	cr_assert_eq(setsockopt(c, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one), 0);
+	cr_assert_eq(connect(c, (struct sockaddr *)&sa, sizeof sa), 0);
+	uint8_t q[64], a[4096];
+	size_t n = mkq(q, (const char *const[]){"x", "example", NULL}, 1, 1);
+	uint8_t frame[66];
+	frame[0] = 0;
+	frame[1] = (uint8_t)n;
+	memcpy(frame + 2, q, n);
+	/* the first query: the connection is accepted and served */
+	cr_assert_eq(send(c, frame, 2 + n, 0), (ssize_t)(2 + n));
+	serve_until(d, c);
+	cr_assert_eq(recv(c, a, sizeof a, 0), (ssize_t)(2 + n));
+	/* then a flood, all of it queued before the host looks */
+	enum { FLOOD = 1000 };
+	for (int i = 0; i < FLOOD; i++)
+		cr_assert_eq(send(c, frame, 2 + n, 0), (ssize_t)(2 + n));
+	struct pollfd w = {.fd = moat_dnsd_fd(d), .events = POLLIN};
+	cr_assert_eq(poll(&w, 1, 10000), 1);
+	moat_dnsd_serve(d);
+	size_t got = 0;
+	ssize_t r;
+	while ((r = recv(c, a, sizeof a, MSG_DONTWAIT)) > 0)
+		got += (size_t)r;
+	cr_assert_gt(got, 0);
+	cr_assert_lt(got, (size_t)FLOOD * (2 + n), "one call answered the whole flood");
+	/* nothing is lost: the next calls answer the rest */
+	while (got < (size_t)FLOOD * (2 + n)) {
+		struct pollfd pf[2] = {{.fd = moat_dnsd_fd(d), .events = POLLIN},
+				       {.fd = c, .events = POLLIN}};
+		cr_assert_gt(poll(pf, 2, 10000), 0, "queries left unanswered");
+		moat_dnsd_serve(d);
+		while ((r = recv(c, a, sizeof a, MSG_DONTWAIT)) > 0)
+			got += (size_t)r;
+	}
+	cr_assert_eq(got, (size_t)FLOOD * (2 + n));
 	close(c);
 	moat_dnsd_free(d);
 }

@@ -33,6 +33,8 @@ struct run_tty {
 	int master; /* owned; -1 once hung up */
 	int in, out;
 	bool in_done, out_done;
+	int64_t out_retry_ms; /* no slave open: the master is looked at again
+			       * then (the sandbox may reopen its terminal) */
 	size_t ilen, ioff;
 	char ibuf[4096]; /* caller -> master, not yet written */
 };

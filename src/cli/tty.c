@@ -75,17 +75,24 @@ int run_tty_wait(struct run_tty *t, struct moat_jail *j, int64_t deadline_ms,
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "signalfd");
 		while (end >= 0) {
 			int timeout = -1;
+			int64_t now = moat_now_ms();
 			if (deadline_ms >= 0) {
-				int64_t left = deadline_ms - moat_now_ms();
+				int64_t left = deadline_ms - now;
 				if (left <= 0)
 					return 0;
 				timeout = left > 1000000 ? 1000000 : (int)left;
 			}
+			/* While no slave is open the master polls as hung up
+			 * at once: look again a little later instead of
+			 * spinning, and never give up while the sandbox runs. */
+			bool resting = t->out_retry_ms > now;
+			if (resting && (timeout < 0 || t->out_retry_ms - now < timeout))
+				timeout = (int)(t->out_retry_ms - now);
 			bool pending = t->ioff < t->ilen;
 			struct pollfd pf[4] = {
 				{.fd = sfd, .events = POLLIN},
 				{.fd = end, .events = POLLIN},
-				{.fd = t->out_done ? -1 : t->master,
+				{.fd = t->out_done || resting ? -1 : t->master,
 				 .events = POLLIN | (pending ? POLLOUT : 0)},
 				{.fd = t->in_done || pending || t->master < 0 ? -1 : t->in,
 				 .events = POLLIN},
@@ -113,9 +120,9 @@ int run_tty_wait(struct run_tty *t, struct moat_jail *j, int64_t deadline_ms,
 					}
 				}
 			}
-			if (t->master >= 0 && !t->out_done &&
-			    (pf[2].revents & (POLLIN | POLLHUP | POLLERR)))
-				t->out_done = !pump_out(t, false);
+			if (t->master >= 0 && !t->out_done && !resting &&
+			    (pf[2].revents & (POLLIN | POLLHUP | POLLERR)) && !pump_out(t, false))
+				t->out_retry_ms = moat_now_ms() + 50;
 			if (t->master >= 0 && pending && (pf[2].revents & POLLOUT)) {
 				ssize_t w = write(t->master, t->ibuf + t->ioff, t->ilen - t->ioff);
 				if (w > 0)

@@ -303,6 +303,23 @@ def test_all_output_arrives_and_status_passes_through(term):
     assert t.out.endswith(b"END\r\n"), t.out[-200:]
 
 
+def test_output_after_the_sandbox_reopens_its_terminal(term, ws):
+    """A command that closes every descriptor of its terminal and opens
+    /dev/tty again later is still heard, and its status passes through:
+    the relay does not give the pty up while the sandbox runs (found by
+    review: the line after the reopen was lost). Ordered by files in the
+    workspace, not by sleeps."""
+    t = term(["--", "sh", "-c",
+              'exec 0<&- 1>&- 2>&- </dev/null >/dev/null 2>&1; : > closed; '
+              'while [ ! -e go ]; do sleep 0.05; done; '
+              'printf "%s\\n" "BACK-""AGAIN" > /dev/tty; exit 4'])
+    wait_until(lambda: (ws / "closed").exists(), DEADLINE)
+    (ws / "go").touch()
+    assert t.wait() == 4, t.out
+    assert b"BACK-AGAIN" in t.out, t.out
+    assert termios.tcgetattr(t.slave) == t.before
+
+
 def test_death_by_signal_is_128_plus_n(term):
     t = term(["--", "sh", "-c", "kill -TERM $$"])
     assert t.wait() == 128 + signal.SIGTERM, t.out

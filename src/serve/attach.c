@@ -57,7 +57,7 @@ struct att {
 	struct att_flow *flow;
 	bool paused;           /* not reading the client: too much is waiting */
 	struct event *keep;    /* pings, and the end of a client that answers nothing */
-	bool heard;            /* a frame came (or our output went) since the last tick */
+	bool heard;            /* a whole frame came since the last tick */
 	int quiet;             /* ticks without either */
 };
 
@@ -411,14 +411,13 @@ static void on_write(struct bufferevent *bev, void *arg)
 		att_free(a, true);
 		return;
 	}
-	a->heard = true; /* it reads what we send */
-	resume(a);
+	resume(a); /* (output taken is no sign of life: the socket's buffers take it) */
 }
 
-/* Every ATTACH_PING_S: a ping; a client from which no whole frame came and
- * which took none of our output for ATTACH_QUIET_TICKS of them (gone
- * without a word, or stuck in the middle of a frame) is let go, freeing
- * the process's one attach; so is a closing one that never drains. */
+/* Every ATTACH_PING_S: a ping; a client from which no whole frame came for
+ * ATTACH_QUIET_TICKS of them (gone without a word, or stuck in the middle
+ * of a frame) is let go, freeing the process's one attach; so is a closing
+ * one that never drains. */
 static void on_keep(evutil_socket_t fd, short what, void *arg)
 {
 	struct att *a = arg;

@@ -287,3 +287,62 @@ def test_the_sandbox_deleted_while_attached(daemon):
         pass
     w.close()
     assert sid not in [b["id"] for b in api(daemon, "GET", "/v1/sandboxes")["sandboxes"]]
+
+
+# ---- the client against a hostile server ---------------------------------------------------
+
+def test_the_client_against_a_server_flooding_pings_stays_bounded(tmp_path):
+    # a server (the user chose its URL) that pings without end and reads
+    # nothing: the client's pongs must not pile up without bound
+    import base64
+    import hashlib
+    import subprocess
+    import threading
+    from test_attach import GUID
+    from test_client import MOAT
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(1)
+    port = srv.getsockname()[1]
+    done = threading.Event()
+    grew = []
+
+    def serve(c):
+        buf = b""
+        while b"\r\n\r\n" not in buf:
+            buf += c.recv(65536)
+        key = [ln.split(b":", 1)[1].strip() for ln in buf.split(b"\r\n")
+               if ln.lower().startswith(b"sec-websocket-key:")][0]
+        acc = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+        att = json.dumps({"type": "attached", "process_id": 1, "tty": False}).encode()
+        c.sendall(bytes([0x81, len(att)]) + att)
+        c.settimeout(15)
+        sent = 0
+        try:
+            while sent < FLOOD:
+                c.sendall(b"\x89\x00" * 65536)
+                sent += 131072
+        except OSError:
+            pass
+        grew.append(rss_mib(proc.pid))
+        done.set()
+        c.close()
+
+    asan = os.environ.get("ASAN_OPTIONS", "")
+    env = {k: v for k, v in os.environ.items() if k != "MOAT_API_TOKEN"}
+    env.update(MOAT_URL=f"http://127.0.0.1:{port}",
+               ASAN_OPTIONS=(asan + ":" if asan else "") + "quarantine_size_mb=0")
+    proc = subprocess.Popen([MOAT, "attach", "sbx", "1"], env=env, stdin=subprocess.DEVNULL,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    c, _ = srv.accept()
+    t = threading.Thread(target=serve, args=(c,))
+    t.start()
+    base = rss_mib(proc.pid)
+    assert done.wait(TIMEOUT * 5)
+    t.join()
+    err = proc.communicate(timeout=TIMEOUT)[1]
+    srv.close()
+    assert grew[0] - base < GROWTH_MAX_MIB, f"the client grew by {grew[0] - base} MiB"
+    assert proc.returncode != 0 and b"AddressSanitizer" not in err, err

@@ -146,6 +146,7 @@ struct sess {
 	bool tty;              /* the process has a pty */
 	bool stdin_open, sent_close, got_close, eof, detached;
 	bool have_exit, timed_out, truncated;
+	bool more;             /* pump_in stopped with bytes maybe still there */
 	int exit_code;
 	int sig;               /* the signal that ended the client */
 	size_t matched;        /* detach keys typed so far (held back) */
@@ -291,7 +292,11 @@ static void on_frames(struct sess *s)
 		} else if (ev.kind == WS_MESSAGE) {
 			on_text(s, ev.data, ev.len);
 		} else if (ev.kind == WS_CONTROL && ev.opcode == WS_PING) {
-			send_frame(s, WS_PONG, ev.data, ev.len);
+			/* a server that pings and reads nothing must not grow us:
+			 * pongs wait for the backlog (RFC 6455 5.5.3 allows answering
+			 * only the latest ping) */
+			if (s->out.len < MAX_PENDING)
+				send_frame(s, WS_PONG, ev.data, ev.len);
 		} else if (ev.kind == WS_CONTROL && ev.opcode == WS_CLOSE) {
 			s->got_close = true;
 			if (!s->have_exit && !s->sent_close && ev.code != WS_CLOSE_NORMAL)
@@ -392,7 +397,15 @@ static void pump_out(struct sess *s)
 /* Take what has come into in (until the socket has no more). */
 static void pump_in(struct sess *s)
 {
+	/* at most MAX_PENDING a time: a fast server must let stdin, signals
+	 * and the frames read so far (pongs, output) have their turn */
+	size_t took = 0;
+	s->more = false;
 	for (;;) {
+		if (took >= MAX_PENDING) {
+			s->more = true;
+			break;
+		}
 		uint8_t b[65536];
 		size_t got = 0;
 		CURLcode rc = curl_easy_recv(s->c, b, sizeof b, &got);
@@ -407,6 +420,7 @@ static void pump_in(struct sess *s)
 			s->eof = true;
 			break;
 		}
+		took += got;
 	}
 }
 
@@ -589,12 +603,12 @@ int attach_run(const char *cmd, struct moat_http *h, const char *id, long long p
 				p[0].events |= POLLOUT;
 			if (s.stdin_open && !s.sent_close && s.out.len < MAX_PENDING)
 				p[2] = (struct pollfd){.fd = STDIN_FILENO, .events = POLLIN};
-			int r = poll(p, 3, s.sent_close ? CLOSE_WAIT_MS : -1);
+			int r = poll(p, 3, s.more ? 0 : s.sent_close ? CLOSE_WAIT_MS : -1);
 			if (r < 0 && errno != EINTR) {
 				fail_with(&s, "poll: %s", strerror(errno));
 				break;
 			}
-			if (r == 0)
+			if (r == 0 && !s.more)
 				break; /* our close was not answered: done anyway */
 			if (p[1].revents)
 				on_sig(&s);

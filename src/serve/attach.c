@@ -30,6 +30,14 @@
 #include <string.h>
 #include <strings.h>
 
+/* What a client's stdin writes in flight to the agent share with their
+ * answers, which may come after the attach is gone. */
+struct att_flow {
+	struct att *a;         /* NULL once the attach is freed */
+	size_t bytes;          /* stdin sent to the agent, not yet answered */
+	unsigned ops;          /* answers still to come */
+};
+
 struct att {
 	struct att *next;      /* the live attaches: one per process */
 	char bid[32];
@@ -46,7 +54,14 @@ struct att {
 	struct evbuffer *in;   /* the client's bytes not yet read as frames */
 	bool sent_close, got_close, dead; /* dead: read nothing more */
 	struct event *linger;  /* the client's close after ours */
+	struct att_flow *flow;
+	bool paused;           /* not reading the client: too much is waiting */
+	struct event *keep;    /* pings, and the end of a client that answers nothing */
+	bool heard;            /* a whole frame came since the last tick */
+	int quiet;             /* ticks without either */
 };
+
+static void on_read(struct bufferevent *bev, void *arg);
 
 static struct att *live;
 
@@ -82,6 +97,13 @@ static void att_free(struct att *a, bool conn)
 	}
 	if (a->linger)
 		event_free(a->linger);
+	if (a->keep)
+		event_free(a->keep);
+	if (a->flow) {
+		a->flow->a = NULL;
+		if (!a->flow->ops)
+			free(a->flow);
+	}
 	ws_reader_free(&a->rd);
 	if (a->in)
 		evbuffer_free(a->in);
@@ -218,6 +240,67 @@ static void ignore(void *arg, json_t *result, const char *data, size_t len,
 	 * follows on the attach itself */
 }
 
+/* Reading the client stops while its stdin or our answers pile up (the
+ * socket's own buffers then hold the client back); resume() reads on. */
+static bool too_much(struct att *a)
+{
+	return a->flow->bytes > ATTACH_STDIN_HIGH ||
+	       evbuffer_get_length(bufferevent_get_output(a->bev)) > ATTACH_OUT_HIGH;
+}
+
+static void resume(struct att *a)
+{
+	if (!a->paused || a->dead || too_much(a))
+		return;
+	a->paused = false;
+	bufferevent_enable(a->bev, EV_READ);
+	on_read(a->bev, a); /* what was left in a->in when it paused */
+}
+
+struct att_stdin {
+	struct att_flow *f;
+	size_t len;
+};
+
+static void stdin_done(void *arg, json_t *result, const char *data, size_t len,
+		       const struct core_err *e)
+{
+	struct att_stdin *w = arg;
+	struct att_flow *f = w->f;
+	struct att *a = f->a;
+	f->bytes -= w->len;
+	f->ops--;
+	free(w);
+	if (!a) {
+		if (!f->ops)
+			free(f);
+		return;
+	}
+	/* input refused (too much pending in the agent...) is said; a process
+	 * that ended meanwhile is not: its exit follows on the attach */
+	if (e && strcmp(e->code, "conflict") && strcmp(e->code, "not_found"))
+		send_error(a, e->code, e->msg);
+	resume(a);
+}
+
+static void send_stdin(struct att *a, struct box *b, const uint8_t *data, size_t len)
+{
+	struct core_err e = {0};
+	struct att_stdin *w = malloc(sizeof *w);
+	if (!w) {
+		send_error(a, "internal", "out of memory");
+		return;
+	}
+	*w = (struct att_stdin){.f = a->flow, .len = len};
+	if (!core_stdin(b, a->pid, data, len, false, stdin_done, w, &e)) {
+		free(w);
+		send_error(a, e.code, e.msg);
+		return;
+	}
+	a->flow->bytes += len;
+	a->flow->ops++;
+}
+
 static void control(struct att *a, struct box *b, const uint8_t *data, size_t len)
 {
 	json_error_t je;
@@ -261,9 +344,8 @@ static void on_message(struct att *a, const struct ws_event *ev)
 	if (!b)
 		return; /* deleted: the attach's own failure says so */
 	if (ev->opcode == WS_BINARY) {
-		struct core_err e = {0};
-		if (ev->len && !core_stdin(b, a->pid, ev->data, ev->len, false, ignore, NULL, &e))
-			send_error(a, e.code, e.msg);
+		if (ev->len)
+			send_stdin(a, b, ev->data, ev->len);
 	} else {
 		control(a, b, ev->data, ev->len);
 	}
@@ -280,6 +362,12 @@ static void on_read(struct bufferevent *bev, void *arg)
 		return;
 	}
 	while (!a->dead) {
+		if (too_much(a)) {
+			/* the rest stays in a->in until resume() */
+			a->paused = true;
+			bufferevent_disable(bev, EV_READ);
+			return;
+		}
 		size_t n = evbuffer_get_length(in);
 		uint8_t *p = n ? evbuffer_pullup(in, -1) : NULL;
 		if (!p)
@@ -311,6 +399,7 @@ static void on_read(struct bufferevent *bev, void *arg)
 		}
 		if (ev.kind == WS_NEED && !used)
 			return;
+		a->heard = true; /* a whole frame: the client is alive */
 		evbuffer_drain(in, used);
 	}
 }
@@ -318,8 +407,36 @@ static void on_read(struct bufferevent *bev, void *arg)
 static void on_write(struct bufferevent *bev, void *arg)
 {
 	struct att *a = arg;
-	if (a->dead && !evbuffer_get_length(bufferevent_get_output(bev)))
+	if (a->dead && !evbuffer_get_length(bufferevent_get_output(bev))) {
 		att_free(a, true);
+		return;
+	}
+	resume(a); /* (output taken is no sign of life: the socket's buffers take it) */
+}
+
+/* Every ATTACH_PING_S: a ping; a client from which no whole frame came for
+ * ATTACH_QUIET_TICKS of them (gone without a word, or stuck in the middle
+ * of a frame) is let go, freeing the process's one attach; so is a closing
+ * one that never drains. */
+static void on_keep(evutil_socket_t fd, short what, void *arg)
+{
+	struct att *a = arg;
+	a->quiet = a->heard ? 0 : a->quiet + 1;
+	a->heard = false;
+	if (a->quiet >= ATTACH_QUIET_TICKS) {
+		att_free(a, true);
+		return;
+	}
+	if (!a->dead)
+		send_frame(a, WS_PING, NULL, 0);
+}
+
+static int ping_s(void)
+{
+	/* tests shorten it; the default suits a terminal left alone */
+	const char *t = getenv("MOAT_TEST_ATTACH_PING_S");
+	int v = t ? atoi(t) : 0;
+	return v > 0 ? v : ATTACH_PING_S;
 }
 
 static void on_event(struct bufferevent *bev, short what, void *arg)
@@ -346,8 +463,9 @@ static void upgrade(struct att *a)
 		return;
 	}
 	a->in = evbuffer_new();
+	a->keep = event_new(core_config()->base, -1, EV_PERSIST, on_keep, a);
 	/* what evhttp left in the input, then what the framer held: in order */
-	if (!a->in || evbuffer_add_buffer(a->in, bufferevent_get_input(a->bev)) < 0 ||
+	if (!a->in || !a->keep || evbuffer_add_buffer(a->in, bufferevent_get_input(a->bev)) < 0 ||
 	    guard_release(a->bev, a->in) < 0) {
 		a->evcon = NULL; /* still evhttp's: answered as usual */
 		http_error(a->req, 500, "internal", "out of memory");
@@ -358,6 +476,9 @@ static void upgrade(struct att *a)
 	bufferevent_setcb(a->bev, on_read, on_write, on_event, a);
 	bufferevent_set_timeouts(a->bev, NULL, NULL); /* an idle terminal is no error */
 	bufferevent_enable(a->bev, EV_READ | EV_WRITE);
+	struct timeval tv = {ping_s(), 0};
+	if (event_add(a->keep, &tv) < 0)
+		a->dead = true; /* no way to tell a live client from a gone one: refused */
 	evbuffer_add_printf(bufferevent_get_output(a->bev),
 			    "HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
 			    "Connection: Upgrade\r\nSec-WebSocket-Accept: %s\r\n\r\n",
@@ -480,6 +601,13 @@ void attach_route(struct evhttp_request *req, struct box *b, const char *pids)
 	a->req = req;
 	memcpy(a->accept, accept, sizeof accept);
 	a->rd = (struct ws_reader){.server = true, .max_message = ATTACH_MAX_MESSAGE};
+	a->flow = calloc(1, sizeof *a->flow);
+	if (!a->flow) {
+		free(a);
+		http_error(req, 500, "internal", "out of memory");
+		return;
+	}
+	a->flow->a = a;
 	a->next = live;
 	live = a;
 	http_wait_start(&a->wait, core_config()->base, req, on_gone, a);

@@ -14,6 +14,10 @@ struct box;
 /* Limits of the door. */
 #define ATTACH_MAX_MESSAGE ((size_t)1 << 20) /* a client message over it: close 1009 */
 #define ATTACH_CLOSE_WAIT_S 5                /* for the client's close after ours */
+#define ATTACH_STDIN_HIGH ((size_t)1 << 20)  /* stdin in flight to the agent: stop reading */
+#define ATTACH_OUT_HIGH ((size_t)1 << 20)    /* our frames unsent (pongs...): stop reading */
+#define ATTACH_PING_S 30                     /* a ping when... */
+#define ATTACH_QUIET_TICKS 3                 /* ...and the end after this many unanswered */
 
 void attach_route(struct evhttp_request *req, struct box *b, const char *pid);
 

@@ -670,7 +670,7 @@ def test_bearer_token():
         d.stop()
 
 
-CLIENT_COMMANDS = ["create", "ls", "exec", "cp", "patch", "ps", "kill", "rm", "mcp"]
+CLIENT_COMMANDS = ["create", "ls", "exec", "attach", "cp", "patch", "ps", "kill", "rm", "mcp"]
 
 
 @pytest.mark.parametrize("cmd", CLIENT_COMMANDS)

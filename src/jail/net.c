@@ -63,6 +63,19 @@ static int listener(int type, uint16_t port, struct moat_err *e)
 	return fd;
 }
 
+/* Two listeners in fds (neither left open on failure). */
+static int listener_pair(int type0, uint16_t port0, int type1, uint16_t port1, int fds[2],
+			 struct moat_err *e)
+{
+	if ((fds[0] = listener(type0, port0, e)) < 0)
+		return -1;
+	if ((fds[1] = listener(type1, port1, e)) < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	return 0;
+}
+
 static int send_pair(int sock, char tag, int fds[2], struct moat_err *e)
 {
 	struct iovec iov = {.iov_base = &tag, .iov_len = 1};
@@ -115,26 +128,17 @@ int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "bring up loopback");
 	int fds[2];
 	if (c->p->gateway) {
-		if ((fds[0] = listener(SOCK_STREAM, MOAT_GATE_HTTP_PORT, e)) < 0)
-			return -1;
-		if ((fds[1] = listener(SOCK_STREAM, MOAT_GATE_SOCKS_PORT, e)) < 0) {
-			close(fds[0]);
-			return -1;
-		}
-		if (send_pair(c->gate_sp[1], 'g', fds, e) < 0)
+		if (listener_pair(SOCK_STREAM, MOAT_GATE_HTTP_PORT, SOCK_STREAM,
+				  MOAT_GATE_SOCKS_PORT, fds, e) < 0 ||
+		    send_pair(c->gate_sp[1], 'g', fds, e) < 0)
 			return -1;
 		fds_out[0] = fds[0];
 		fds_out[1] = fds[1];
 	}
 	/* the resolver's: the host's alone (an agent does not keep them) */
 	int dns[2];
-	if ((dns[0] = listener(SOCK_DGRAM, MOAT_DNS_PORT, e)) < 0)
-		return -1;
-	if ((dns[1] = listener(SOCK_STREAM, MOAT_DNS_PORT, e)) < 0) {
-		close(dns[0]);
-		return -1;
-	}
-	if (send_pair(c->gate_sp[1], 'd', dns, e) < 0)
+	if (listener_pair(SOCK_DGRAM, MOAT_DNS_PORT, SOCK_STREAM, MOAT_DNS_PORT, dns, e) < 0 ||
+	    send_pair(c->gate_sp[1], 'd', dns, e) < 0)
 		return -1;
 	close(dns[0]);
 	close(dns[1]);

@@ -11,13 +11,12 @@ import os
 import shutil
 import socket
 import subprocess
-import threading
 
 import pytest
 
 from conftest import MOAT
 from test_serve import Daemon, assert_error, git
-from test_gitrepo import make_repo, tree_readable, err_msg
+from test_gitrepo import LoopbackHTTP, make_repo, tree_readable, err_msg
 
 BIN_DIR = os.path.dirname(MOAT)
 pytestmark = [
@@ -60,7 +59,7 @@ def pkt(b):
     return b"%04x" % (len(b) + 4) + b
 
 
-class HostileGit:
+class HostileGit(LoopbackHTTP):
     """A smart-HTTP git server on loopback that advertises one branch and
     answers the fetch with sideband messages of its choosing (band 2,
     which git prints as "remote: ...", then band 3, a fatal remote
@@ -95,14 +94,7 @@ class HostileGit:
             def log_message(self, *a):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.httpd.server_address[1]
-        self.th = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.th.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(H)
 
 
 # by a name pinned to loopback, as test_gitrepo's http clone: through the

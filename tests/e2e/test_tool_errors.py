@@ -6,25 +6,13 @@ part of that text comes from a repository or server the client chose.
 Evidence: the /v1 error body, the daemon's log (no raw escape bytes), and
 the same create through the E2B and MCP doors."""
 import http.server
-import json
-import os
-import shutil
 import socket
-import subprocess
 
 import pytest
 
-from conftest import MOAT
-from test_serve import Daemon, assert_error, git
-from test_gitrepo import LoopbackHTTP, make_repo, tree_readable, err_msg
-
-BIN_DIR = os.path.dirname(MOAT)
-pytestmark = [
-    pytest.mark.skipif(not all(os.access(os.path.join(BIN_DIR, b), os.X_OK)
-                               for b in ("moat-serve", "moat-agent", "moat-gate")),
-                       reason=f"moat-serve / moat-agent / moat-gate not found next to {MOAT}"),
-    pytest.mark.skipif(not shutil.which("git"), reason="git is not installed"),
-]
+from test_serve import Daemon, assert_error
+# test_gitrepo's skips too (the daemon's binaries, git)
+from test_gitrepo import LoopbackHTTP, make_repo, tree_readable, err_msg, pytestmark  # noqa: F401
 
 
 def repo_create(d, repo, **entry):

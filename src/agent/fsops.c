@@ -929,6 +929,16 @@ struct change {
 	const char *op;
 };
 
+/* c's file becomes the one it removes (a delete, or a move's source):
+ * from and fromat take over path and at. */
+static void change_from(struct change *c, const char *op)
+{
+	c->op = op;
+	snprintf(c->from, sizeof c->from, "%s", c->path);
+	c->fromat = c->at;
+	c->at.dir = -1;
+}
+
 static bool patch_path(const struct agent_req *r, const char *p, char *out, size_t cap)
 {
 	json_t *req = json_pack("{s:s}", "path", p);
@@ -1058,10 +1068,7 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 		}
 		if (f->kind == MOAT_PATCH_DELETE && !f->exact) {
 			close(fd);
-			c->op = "delete";
-			snprintf(c->from, sizeof c->from, "%s", c->path);
-			c->fromat = c->at;
-			c->at.dir = -1;
+			change_from(c, "delete");
 			staged++;
 			continue;
 		}
@@ -1092,19 +1099,13 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 				failed = true;
 				break;
 			}
-			c->op = "delete";
-			snprintf(c->from, sizeof c->from, "%s", c->path);
-			c->fromat = c->at;
-			c->at.dir = -1;
+			change_from(c, "delete");
 			staged++;
 			continue;
 		}
 		c->op = "update";
 		if (f->move_to) {
-			c->op = "move";
-			snprintf(c->from, sizeof c->from, "%s", c->path);
-			c->fromat = c->at;
-			c->at.dir = -1;
+			change_from(c, "move");
 			if (!patch_path(r, f->move_to, c->path, sizeof c->path) ||
 			    !patch_walk(r, f->move_to, c->path, FSR_MKDIRS, &c->at)) {
 				free(neu);

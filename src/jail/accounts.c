@@ -18,9 +18,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <grp.h>
 #include <linux/openat2.h>
-#include <pwd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,8 +40,8 @@ static const char *field(const char *s, const char *fallback)
 	return s;
 }
 
-/* The image's file (rel beneath root), NUL-terminated, or NULL (missing,
- * not a regular file, too big). */
+/* A file (rel beneath root: an image's, or the host's with root "/"),
+ * NUL-terminated, or NULL (missing, not a regular file, too big). */
 static char *image_file(const char *root, const char *rel)
 {
 	_cleanup_close_ int rfd = open(root, O_PATH | O_DIRECTORY | O_CLOEXEC);
@@ -73,8 +71,8 @@ static char *image_file(const char *root, const char *rel)
 	return buf;
 }
 
-/* Does a passwd/group text have a line whose third field is id? */
-static bool names_id(const char *text, unsigned id)
+/* The line of a passwd/group text whose third field is id, or NULL. */
+static const char *line_of_id(const char *text, unsigned id)
 {
 	for (const char *l = text; l && *l;) {
 		const char *c1 = strchr(l, ':');
@@ -84,11 +82,21 @@ static bool names_id(const char *text, unsigned id)
 			char *end;
 			unsigned long v = strtoul(c2 + 1, &end, 10);
 			if (end != c2 + 1 && *end == ':' && v == id)
-				return true;
+				return l;
 		}
 		l = nl ? nl + 1 : NULL;
 	}
-	return false;
+	return NULL;
+}
+
+/* The host's name for id in its /etc/passwd or /etc/group (rel), or "":
+ * the file read, not NSS (none in a static moat: an account only NSS
+ * knows is "sandbox" inside). */
+static void host_name(const char *rel, unsigned id, char *out, size_t cap)
+{
+	_cleanup_free_ char *t = image_file("/", rel);
+	const char *l = t ? line_of_id(t, id) : NULL;
+	snprintf(out, cap, "%.*s", l ? (int)strcspn(l, ":") : 0, l ? l : "");
 }
 
 void jail_accounts(const struct jail_ctx *c, char **passwd, char **group)
@@ -97,22 +105,8 @@ void jail_accounts(const struct jail_ctx *c, char **passwd, char **group)
 	const char *user = "sandbox", *grp = "sandbox";
 	char ubuf[64] = "", gbuf[64] = "";
 	if (!c->host_root) { /* rootless: the caller's own names */
-		/* fgetpwent, not getpwuid: no NSS in a static moat (an account
-		 * only NSS knows is "sandbox" inside) */
-		FILE *f = fopen("/etc/passwd", "re");
-		struct passwd *pw;
-		while (f && !ubuf[0] && (pw = fgetpwent(f)))
-			if (pw->pw_uid == (uid_t)uid)
-				snprintf(ubuf, sizeof ubuf, "%s", pw->pw_name);
-		if (f)
-			fclose(f);
-		FILE *g = fopen("/etc/group", "re");
-		struct group *gr;
-		while (g && !gbuf[0] && (gr = fgetgrent(g)))
-			if (gr->gr_gid == (gid_t)gid)
-				snprintf(gbuf, sizeof gbuf, "%s", gr->gr_name);
-		if (g)
-			fclose(g);
+		host_name("etc/passwd", uid, ubuf, sizeof ubuf);
+		host_name("etc/group", gid, gbuf, sizeof gbuf);
 		user = field(ubuf[0] ? ubuf : NULL, "sandbox");
 		grp = field(gbuf[0] ? gbuf : NULL, user);
 	}
@@ -124,8 +118,8 @@ void jail_accounts(const struct jail_ctx *c, char **passwd, char **group)
 	if (c->p->rootfs) {
 		_cleanup_free_ char *ip = image_file(c->p->rootfs, "etc/passwd");
 		_cleanup_free_ char *ig = image_file(c->p->rootfs, "etc/group");
-		*passwd = ip && names_id(ip, uid) ? NULL : moat_strdupf("%s%s", ip ? ip : "", pl);
-		*group = ig && names_id(ig, gid) ? NULL : moat_strdupf("%s%s", ig ? ig : "", gl);
+		*passwd = ip && line_of_id(ip, uid) ? NULL : moat_strdupf("%s%s", ip ? ip : "", pl);
+		*group = ig && line_of_id(ig, gid) ? NULL : moat_strdupf("%s%s", ig ? ig : "", gl);
 		free(pl);
 		free(gl);
 		return;

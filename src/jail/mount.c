@@ -385,8 +385,14 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 		if (visible(c, p->deny_read.v[i]))
 			add_op(c, MOP_MASK, NULL, p->deny_read.v[i], 0, LL_NONE);
 	/* no network: lookups go to the sandbox's resolver (net.c) */
-	if (p->net == MOAT_NET_NONE)
-		add_op(c, MOP_RESOLV, NULL, "/etc/resolv.conf", 0, LL_NONE);
+	if (p->net == MOAT_NET_NONE) {
+		struct mop *op = add_op(c, MOP_GEN_FILE, NULL, "/etc/resolv.conf",
+					MOP_F_OPTIONAL | MOP_F_FOLLOW, LL_NONE);
+		if (!(op->text = strdup(jail_net_resolv_conf))) {
+			fputs("moat: out of memory\n", stderr);
+			abort();
+		}
+	}
 
 	/* 4. write protection inside every host-backed writable root */
 	for (size_t i = 0; i < k; i++) {
@@ -923,17 +929,22 @@ static int op_users_etc(struct jail_ctx *c, const char *dst, struct moat_err *e)
 
 /* A generated file over dst: written into the setup tmpfs, then a
  * read-only, nosuid, nodev, noexec clone of it is moved onto the object
- * dst names as the sandbox resolves it (RESOLVE_IN_ROOT, the last
+ * dst names as the sandbox resolves it (RESOLVE_IN_ROOT; the last
  * component not followed: a symlinked /etc/passwd is covered itself, and
- * no link can point the mount elsewhere). */
+ * no link can point the mount elsewhere; with FOLLOW, a resolv.conf
+ * linked into /run is covered where it leads, inside, else the link). */
 static int op_gen_file(int rootfd, const struct mop *op, struct moat_err *e)
 {
 	static unsigned n;
 	char src[32];
 	snprintf(src, sizeof src, "/gen%u", n++);
-	_cleanup_close_ int dfd = open_in_root(rootfd, op->dst, false);
+	bool follow = op->flags & MOP_F_FOLLOW;
+	_cleanup_close_ int dfd = follow ? open_in_root(rootfd, op->dst, true) : -1;
+	if (dfd < 0)
+		dfd = open_in_root(rootfd, op->dst, false);
 	if (dfd < 0) {
-		if ((op->flags & MOP_F_OPTIONAL) && (errno == ENOENT || errno == ENOTDIR))
+		if ((op->flags & MOP_F_OPTIONAL) &&
+		    (errno == ENOENT || errno == ENOTDIR || (follow && errno == EACCES)))
 			return 0;
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", op->dst);
 	}
@@ -941,7 +952,7 @@ static int op_gen_file(int rootfd, const struct mop *op, struct moat_err *e)
 	if (fstat(dfd, &st) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "stat %s", op->dst);
 	if (S_ISDIR(st.st_mode))
-		return moat_err_set(e, MOAT_E_USAGE, EISDIR, "%s", op->dst);
+		return follow ? 0 : moat_err_set(e, MOAT_E_USAGE, EISDIR, "%s", op->dst);
 	{
 		_cleanup_close_ int fd = open(src, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW |
 						   O_CLOEXEC, 0444);
@@ -1011,8 +1022,6 @@ static int run_op(struct jail_ctx *c, struct mop *op, int rootfd, struct moat_er
 		return op_users_etc(c, dst, e);
 	case MOP_SNAPSHOT:
 		return op_snapshot(op, src, dst, e);
-	case MOP_RESOLV:
-		return jail_net_resolv_child(rootfd, op->dst, e);
 	case MOP_GEN_FILE:
 		return op_gen_file(rootfd, op, e);
 	case MOP_ROOT_RO:
@@ -1104,8 +1113,6 @@ int jail_mount_child(struct jail_ctx *c, struct moat_err *e)
 		}
 		close(fd);
 	}
-	if (c->p->net == MOAT_NET_NONE && jail_net_resolv_file("/tmp" JAIL_RESOLV_FILE, e) < 0)
-		return -1;
 	if (mount("/tmp/masks", "/tmp/masks", NULL, MS_BIND, NULL) < 0 ||
 	    set_attr(AT_FDCWD, "/tmp/masks", 0, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID |
 		     MOUNT_ATTR_NODEV | MOUNT_ATTR_NOEXEC, "masks", e) < 0)

@@ -20,17 +20,13 @@
 
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/openat2.h>
 #include <net/if.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/ioctl.h>
-#include <sys/mount.h>
 #include <sys/socket.h>
-#include <sys/stat.h>
-#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -65,6 +61,19 @@ static int listener(int type, uint16_t port, struct moat_err *e)
 		return -1;
 	}
 	return fd;
+}
+
+/* Two listeners in fds (neither left open on failure). */
+static int listener_pair(int type0, uint16_t port0, int type1, uint16_t port1, int fds[2],
+			 struct moat_err *e)
+{
+	if ((fds[0] = listener(type0, port0, e)) < 0)
+		return -1;
+	if ((fds[1] = listener(type1, port1, e)) < 0) {
+		close(fds[0]);
+		return -1;
+	}
+	return 0;
 }
 
 static int send_pair(int sock, char tag, int fds[2], struct moat_err *e)
@@ -119,26 +128,17 @@ int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "bring up loopback");
 	int fds[2];
 	if (c->p->gateway) {
-		if ((fds[0] = listener(SOCK_STREAM, MOAT_GATE_HTTP_PORT, e)) < 0)
-			return -1;
-		if ((fds[1] = listener(SOCK_STREAM, MOAT_GATE_SOCKS_PORT, e)) < 0) {
-			close(fds[0]);
-			return -1;
-		}
-		if (send_pair(c->gate_sp[1], 'g', fds, e) < 0)
+		if (listener_pair(SOCK_STREAM, MOAT_GATE_HTTP_PORT, SOCK_STREAM,
+				  MOAT_GATE_SOCKS_PORT, fds, e) < 0 ||
+		    send_pair(c->gate_sp[1], 'g', fds, e) < 0)
 			return -1;
 		fds_out[0] = fds[0];
 		fds_out[1] = fds[1];
 	}
 	/* the resolver's: the host's alone (an agent does not keep them) */
 	int dns[2];
-	if ((dns[0] = listener(SOCK_DGRAM, MOAT_DNS_PORT, e)) < 0)
-		return -1;
-	if ((dns[1] = listener(SOCK_STREAM, MOAT_DNS_PORT, e)) < 0) {
-		close(dns[0]);
-		return -1;
-	}
-	if (send_pair(c->gate_sp[1], 'd', dns, e) < 0)
+	if (listener_pair(SOCK_DGRAM, MOAT_DNS_PORT, SOCK_STREAM, MOAT_DNS_PORT, dns, e) < 0 ||
+	    send_pair(c->gate_sp[1], 'd', dns, e) < 0)
 		return -1;
 	close(dns[0]);
 	close(dns[1]);
@@ -161,45 +161,8 @@ int jail_net_parent(struct jail_ctx *c, struct moat_err *e)
 	return 0;
 }
 
-static const char resolv_conf[] =
+/* shown at /etc/resolv.conf by the mount plan (a MOP_GEN_FILE, mount.c) */
+const char jail_net_resolv_conf[] =
 	"# moat: this sandbox has no network; its resolver refuses every name\n"
 	"# (the names tried are reported when the command ends)\n"
 	"nameserver 127.0.0.1\n";
-
-int jail_net_resolv_file(const char *path, struct moat_err *e)
-{
-	int fd = open(path, O_CREAT | O_EXCL | O_WRONLY | O_CLOEXEC, 0644);
-	if (fd < 0 || moat_write_all(fd, resolv_conf, sizeof resolv_conf - 1) < 0) {
-		int err = errno;
-		if (fd >= 0)
-			close(fd);
-		return moat_err_set(e, MOAT_E_SYSTEM, err, "%s", path);
-	}
-	close(fd);
-	return 0;
-}
-
-/* resolv.conf as the sandbox resolves it (often a symlink into /run):
- * its target inside, or the link itself where that is missing. A view
- * without any resolv.conf needs none: glibc then asks 127.0.0.1. */
-int jail_net_resolv_child(int rootfd, const char *dst, struct moat_err *e)
-{
-	while (*dst == '/')
-		dst++;
-	int fd = -1;
-	for (int follow = 1; follow >= 0 && fd < 0; follow--) {
-		struct open_how how = {.flags = O_PATH | O_CLOEXEC | (follow ? 0 : O_NOFOLLOW),
-				       .resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS};
-		fd = (int)syscall(SYS_openat2, rootfd, dst, &how, sizeof how);
-	}
-	if (fd < 0)
-		return errno == ENOENT || errno == ENOTDIR || errno == EACCES
-			       ? 0
-			       : moat_err_set(e, MOAT_E_SYSTEM, errno, "open /%s", dst);
-	struct stat st;
-	int rc = fstat(fd, &st) < 0 ? moat_err_set(e, MOAT_E_SYSTEM, errno, "stat /%s", dst)
-	       : S_ISDIR(st.st_mode) ? 0 /* not a file: leave it */
-				     : jail_mount_onto(JAIL_RESOLV_FILE, fd, "/etc/resolv.conf", e);
-	close(fd);
-	return rc;
-}

@@ -168,6 +168,12 @@ class WS:
             if pred(op, p, out):
                 return got, out
 
+    def expect_output(self, needle):
+        """Output frames until needle is in them (or the process exits:
+        then the assertion shows what came)."""
+        _, out = self.until(lambda op, p, out: needle in out or (op == 1 and b"exit" in p))
+        assert needle in out, out
+
     def close_code(self):
         """The code of the server's close frame, skipping what comes first."""
         while True:
@@ -213,8 +219,7 @@ def test_frames_sent_with_the_request_are_not_lost(daemon, box):
     pid = start(daemon, box, ["sh", "-c", "read x; echo early $x"])
     w = attach(daemon, box, pid, early=masked(2, b"bird\r"))
     assert w.status == 101
-    _, out = w.until(lambda op, p, out: b"early bird" in out or (op == 1 and b"exit" in p))
-    assert b"early bird" in out, out
+    w.expect_output(b"early bird")
     w.close()
 
 
@@ -257,8 +262,7 @@ def test_ping_pong_and_fragmented_control_message(daemon, box):
     assert (op, p) == (10, b"x")
     # wait for the resize to be in place: it went to the agent before the stdin below
     w.send(2, b"go\r")
-    _, out = w.until(lambda op, p, out: b"45 123" in out or (op == 1 and b"exit" in p))
-    assert b"45 123" in out, out
+    w.expect_output(b"45 123")
     w.close()
 
 

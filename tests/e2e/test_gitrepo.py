@@ -180,7 +180,22 @@ def test_disk_limit_with_git_repo_refused():
         d.stop()
 
 
-class DumbGit:
+class LoopbackHTTP:
+    """python's threaded http.server on 127.0.0.1 (a free port, .port) with
+    a handler class; close() stops it."""
+
+    def _serve(self, handler):
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+        self.port = self.httpd.server_address[1]
+        self.th = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+        self.th.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+class DumbGit(LoopbackHTTP):
     """A bare repository served over dumb HTTP on 127.0.0.1 (python's
     http.server); records the paths requested."""
 
@@ -201,14 +216,7 @@ class DumbGit:
             def log_message(self, *a):
                 paths.append(self.path)
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.httpd.server_address[1]
-        self.th = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.th.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(H)
 
 
 def test_http_clone_goes_through_the_gateway_with_a_pin(tmp_path):

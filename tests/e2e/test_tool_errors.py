@@ -6,26 +6,13 @@ part of that text comes from a repository or server the client chose.
 Evidence: the /v1 error body, the daemon's log (no raw escape bytes), and
 the same create through the E2B and MCP doors."""
 import http.server
-import json
-import os
-import shutil
 import socket
-import subprocess
-import threading
 
 import pytest
 
-from conftest import MOAT
-from test_serve import Daemon, assert_error, git
-from test_gitrepo import make_repo, tree_readable, err_msg
-
-BIN_DIR = os.path.dirname(MOAT)
-pytestmark = [
-    pytest.mark.skipif(not all(os.access(os.path.join(BIN_DIR, b), os.X_OK)
-                               for b in ("moat-serve", "moat-agent", "moat-gate")),
-                       reason=f"moat-serve / moat-agent / moat-gate not found next to {MOAT}"),
-    pytest.mark.skipif(not shutil.which("git"), reason="git is not installed"),
-]
+from test_serve import Daemon, assert_error
+# test_gitrepo's skips too (the daemon's binaries, git)
+from test_gitrepo import LoopbackHTTP, make_repo, tree_readable, err_msg, pytestmark  # noqa: F401
 
 
 def repo_create(d, repo, **entry):
@@ -60,7 +47,7 @@ def pkt(b):
     return b"%04x" % (len(b) + 4) + b
 
 
-class HostileGit:
+class HostileGit(LoopbackHTTP):
     """A smart-HTTP git server on loopback that advertises one branch and
     answers the fetch with sideband messages of its choosing (band 2,
     which git prints as "remote: ...", then band 3, a fatal remote
@@ -95,14 +82,7 @@ class HostileGit:
             def log_message(self, *a):
                 pass
 
-        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
-        self.port = self.httpd.server_address[1]
-        self.th = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.th.start()
-
-    def close(self):
-        self.httpd.shutdown()
-        self.httpd.server_close()
+        self._serve(H)
 
 
 # by a name pinned to loopback, as test_gitrepo's http clone: through the

@@ -30,6 +30,10 @@ struct agent_req {
 
 /* Answer a request: obj (stolen) gets "id"; data may be NULL. */
 void agent_reply(const struct agent_req *r, json_t *obj, const void *data, size_t len);
+/* Hold replies back (in the connection's buffer) until hold is false
+ * again: an operation that answers before it has cleaned up (a failed
+ * patch's staged files) so that no one sees the leftovers after the answer. */
+void agent_hold(const struct agent_req *r, bool hold);
 /* Answer with {"error":{"code","message"}}. */
 void agent_fail(const struct agent_req *r, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 3, 4)));

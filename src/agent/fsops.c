@@ -1001,6 +1001,7 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 		ch[i].at.dir = ch[i].fromat.dir = -1;
 	size_t staged = 0;
 	bool failed = false;
+	agent_hold(r, true); /* a refusal goes out once its staged files are gone */
 	/* 1. compute every new content and stage it next to its target;
 	 * nothing visible changes before all of them are ready */
 	for (size_t i = 0; i < pt.n && !failed; i++) {
@@ -1145,8 +1146,10 @@ void fs_patch(const struct agent_req *r, json_t *req, const void *data, size_t l
 				unlinkat(ch[i].at.dir, ch[i].tmp, 0);
 		changes_free(ch, nch);
 		moat_patch_free(&pt);
+		agent_hold(r, false);
 		return;
 	}
+	agent_hold(r, false);
 	/* 2. commit: renames within one directory, then removals */
 	json_t *files = json_array();
 	for (size_t i = 0; i < pt.n; i++) {

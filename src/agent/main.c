@@ -115,8 +115,12 @@ static int wbuf_add(struct agent_conn *c, const void *p, size_t n)
 	return 0;
 }
 
+static bool corked; /* agent_hold: replies wait in the buffer */
+
 static void conn_flush(struct agent_conn *c)
 {
+	if (corked)
+		return;
 	while (c->fd >= 0 && c->woff < c->wlen) {
 		ssize_t n = send(c->fd, c->wbuf + c->woff, c->wlen - c->woff, MSG_NOSIGNAL);
 		if (n < 0) {
@@ -165,6 +169,13 @@ void agent_reply(const struct agent_req *r, json_t *obj, const void *data, size_
 		conn_close(c);
 	free(js);
 	conn_flush(c);
+}
+
+void agent_hold(const struct agent_req *r, bool hold)
+{
+	corked = hold;
+	if (!hold && agent_conn_alive(r->conn))
+		conn_flush(r->conn);
 }
 
 void agent_fail(const struct agent_req *r, const char *code, const char *fmt, ...)

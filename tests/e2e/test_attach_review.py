@@ -88,35 +88,33 @@ FLOOD = 96 << 20
 GROWTH_MAX_MIB = 48  # the daemon's buffers are bounded at a few MiB
 
 
+def assert_flood_bounded(daemon, box, pid, data):
+    """Flood an attach of pid with data (repeated for FLOOD bytes): the
+    daemon grows by less than GROWTH_MAX_MIB, keeps serving, and the
+    process keeps running; then it is killed."""
+    w = attach(daemon, box, pid)
+    assert w.status == 101
+    before = rss_mib(daemon.proc.pid)
+    flood(w, data, FLOOD)
+    grew = rss_mib(daemon.proc.pid) - before
+    assert grew < GROWTH_MAX_MIB, f"the daemon grew by {grew} MiB"
+    serving(daemon, box)
+    w.close()
+    assert running(daemon, box, pid)
+    api(daemon, "DELETE", f"/v1/sandboxes/{box}/processes/{pid}")
+
+
 def test_ping_flood_from_a_client_that_reads_nothing_is_bounded(daemon, box):
     # every ping asks for a pong; a client that reads none must not make
     # the daemon queue them without end
     pid = start(daemon, box, ["sleep", "600"])
-    w = attach(daemon, box, pid)
-    assert w.status == 101
-    before = rss_mib(daemon.proc.pid)
-    flood(w, (b"\x89\xfd" + b"\0" * 4 + b"p" * 125) * 8000, FLOOD)
-    grew = rss_mib(daemon.proc.pid) - before
-    assert grew < GROWTH_MAX_MIB, f"the daemon grew by {grew} MiB"
-    serving(daemon, box)
-    w.close()
-    assert running(daemon, box, pid)
-    api(daemon, "DELETE", f"/v1/sandboxes/{box}/processes/{pid}")
+    assert_flood_bounded(daemon, box, pid, (b"\x89\xfd" + b"\0" * 4 + b"p" * 125) * 8000)
 
 
 def test_stdin_flood_to_a_process_that_reads_nothing_is_bounded(daemon, box):
     pid = start(daemon, box, ["sleep", "600"])
-    w = attach(daemon, box, pid)
-    assert w.status == 101
-    before = rss_mib(daemon.proc.pid)
     frame = b"\x82\xff" + struct.pack(">Q", 65536) + b"\0" * 4 + b"y" * 65536
-    flood(w, frame * 16, FLOOD)
-    grew = rss_mib(daemon.proc.pid) - before
-    assert grew < GROWTH_MAX_MIB, f"the daemon grew by {grew} MiB"
-    serving(daemon, box)
-    w.close()
-    assert running(daemon, box, pid)
-    api(daemon, "DELETE", f"/v1/sandboxes/{box}/processes/{pid}")
+    assert_flood_bounded(daemon, box, pid, frame * 16)
 
 
 def reattach(d, sid, pid):

@@ -20,7 +20,7 @@ PROTO_SRC := $(filter-out $(WS_SRC),$(wildcard src/proto/*.c src/patch/*.c))
 # sandbox). Separate binaries: `moat run` must not pay for loading libevent,
 # SQLite, libarchive and libcurl; the agent is static so that it runs in any
 # root filesystem image.
-SERVE_SRC  := $(wildcard src/serve/*.c)
+SERVE_SRC  := $(wildcard src/serve/*.c) $(wildcard src/oci/*.c)
 CLIENT_SRC := $(wildcard src/client/*.c)
 AGENT_SRC  := $(wildcard src/agent/*.c) src/base/err.c src/base/util.c src/base/fdpass.c \
               src/base/walk.c src/base/utf8.c
@@ -31,7 +31,7 @@ GATE_LIBS  := -levent -levent_openssl -lssl -lcrypto
 # The gateway's pure pattern parser, so that `moat run` checks its rules
 # even when no gateway starts.
 GATE_RULES := src/gate/policy.c src/gate/addr.c
-SERVE_LIBS := -levent -lsqlite3 -larchive
+SERVE_LIBS := -levent -lsqlite3 -larchive -lcurl
 CLIENT_LIBS := -lcurl -lcrypto
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate

@@ -1,7 +1,7 @@
 #!/bin/sh
 # Install the Debian packages moat builds and tests with, when missing.
 set -e
-PKGS="gcc make pkg-config libseccomp-dev libjansson-dev libcriterion-dev libevent-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libssl-dev openssl ca-certificates clang libclang-rt-14-dev python3 python3-pytest python3-venv python3-setuptools python3-wheel bubblewrap hyperfine help2man lowdown mandoc zsh util-linux procps iproute2 passwd uidmap curl git"
+PKGS="gcc make pkg-config libseccomp-dev libjansson-dev libcriterion-dev libevent-dev libsqlite3-dev libarchive-dev libcurl4-openssl-dev libssl-dev openssl ca-certificates clang libclang-rt-14-dev python3 python3-pytest python3-venv python3-setuptools python3-wheel bubblewrap hyperfine help2man lowdown mandoc zsh util-linux procps iproute2 passwd uidmap curl git docker-registry skopeo umoci btrfs-progs xfsprogs busybox-static"
 missing=""
 for p in $PKGS; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"

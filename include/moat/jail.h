@@ -128,6 +128,13 @@ pid_t moat_jail_detach(struct moat_jail *j, struct moat_strv *cgroups);
 /* Remove cgroup directories of a detached sandbox once its processes are
  * gone (waits up to ~1 s for them to leave). */
 void moat_cgroup_remove(const struct moat_strv *dirs);
+/* Freeze (or thaw) every process of a detached sandbox through the
+ * freezer among its cgroup directories (v1 freezer.state, v2
+ * cgroup.freeze), returning once the kernel reports it FROZEN / frozen.
+ * No freezer among them: ENOTSUP, naming what is missing. */
+int moat_cgroup_freeze(const struct moat_strv *dirs, bool frozen, struct moat_err *e);
+/* Is it frozen now (read from the same files)? */
+bool moat_cgroup_frozen(const struct moat_strv *dirs);
 
 /* Kill anything left, remove cgroups and placeholder files, free. */
 void moat_jail_destroy(struct moat_jail *j);

@@ -71,6 +71,16 @@ struct moat_policy {
 			       * read-only under a private writable overlay
 			       * instead of the host's system directories */
 	uint64_t rootfs_size; /* bytes the overlay may hold; 0 = tmpfs default */
+	struct moat_strv rootfs_layers; /* an image of several layers (host
+					 * directories, top first), each
+					 * id-mapped on its own under root and
+					 * stacked as the overlay's lowerdirs;
+					 * rootfs alone is the one layer */
+	char *rootfs_upper;   /* a host directory holding upper/ and work/: the
+			       * image's changes kept on disk (moat serve: the
+			       * sandbox's fs/, snapshots); NULL: in a tmpfs */
+	bool freezer;         /* a freezer cgroup even without limits (moat
+			       * serve: pause/resume, moat_cgroup_freeze) */
 	uint64_t workspace_tmpfs; /* >0: the workspace is private and in
 				   * memory, and with /tmp, the home, /dev/shm
 				   * and an image's changes shares one tmpfs

@@ -58,6 +58,8 @@ void moat_policy_free(struct moat_policy *p)
 	free(p->workspace);
 	free(p->workspace_at);
 	free(p->rootfs);
+	moat_strv_free(&p->rootfs_layers);
+	free(p->rootfs_upper);
 	moat_strv_free(&p->allow_read);
 	moat_strv_free(&p->deny_read);
 	moat_strv_free(&p->allow_write);

@@ -32,6 +32,11 @@ static int private_files(const char *path, struct moat_err *e)
 	return 0;
 }
 
+struct sqlite3 *store_db(void)
+{
+	return db;
+}
+
 int store_open(const char *dir, struct moat_err *e)
 {
 	char path[PATH_MAX];

@@ -24,6 +24,10 @@ void store_close(void);
 int store_put(const struct store_row *r, struct moat_err *e);
 int store_set_state(const char *id, const char *state);
 int store_del(const char *id);
+/* The open database, for modules that keep tables of their own (images,
+ * snapshots): each creates its tables (IF NOT EXISTS) in its init. */
+struct sqlite3;
+struct sqlite3 *store_db(void);
 /* Call fn for each row (strings valid during the call only). */
 int store_load(void (*fn)(void *arg, const struct store_row *r), void *arg);
 

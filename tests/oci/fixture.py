@@ -337,12 +337,18 @@ class Hostile:
                    another Hostile's .url) + the same path
       "stall"      the last layer: half the bytes, then sleep `stall_s`
       "no_manifest_tag"  tag lookups answer 404 (digests still work)
+      "bad_cdigest" the tag's Docker-Content-Digest names another digest
+    index_platforms: a list of (os, arch): the tag then names an OCI index
+      with one entry per platform; the host's entry (host_arch()) is the
+      real manifest, the others name manifests the server does not have
+      (a fetch of one is a 404, recorded in requests).
     requests: a list of dicts {method, path, headers} (thread-safe append).
     """
 
     TOKEN = "moat-test-token-7f3a"
 
-    def __init__(self, layout=None, repo="moat/test", tag="latest", faults=()):
+    def __init__(self, layout=None, repo="moat/test", tag="latest", faults=(),
+                 index_platforms=None):
         self.repo = repo
         self.tag = tag
         self.faults = set(faults)
@@ -363,6 +369,22 @@ class Hostile:
             for d in [man["config"]] + man["layers"]:
                 self.blobs[d["digest"]] = blob_path(layout, d["digest"])
             self.last_layer = man["layers"][-1]["digest"]
+            if index_platforms:
+                ents = []
+                for i, (os_, arch) in enumerate(index_platforms):
+                    if arch == host_arch() and os_ == "linux":
+                        d = {"digest": dg, "size": len(raw)}
+                    else:
+                        d = {"digest": "sha256:%064x" % (i + 1), "size": 1234}
+                    d["mediaType"] = "application/vnd.oci.image.manifest.v1+json"
+                    d["platform"] = {"os": os_, "architecture": arch}
+                    ents.append(d)
+                idx = json.dumps({"schemaVersion": 2, "mediaType":
+                                  "application/vnd.oci.image.index.v1+json",
+                                  "manifests": ents}).encode()
+                idg = "sha256:" + hashlib.sha256(idx).hexdigest()
+                self.manifests[idg] = (idx, "application/vnd.oci.image.index.v1+json")
+                self.tag_digest = idg
         self.port = free_port()
         self.host = "127.0.0.1:%d" % self.port
         self.url = "http://" + self.host
@@ -458,7 +480,10 @@ class Hostile:
             if what not in self.manifests:
                 return self._err(h, 404, "MANIFEST_UNKNOWN", head)
             raw, mt = self.manifests[what]
-            return self._send(h, 200, raw, mt, [("Docker-Content-Digest", what)], head)
+            named = what
+            if "bad_cdigest" in self.faults:
+                named = "sha256:" + "e" * 64
+            return self._send(h, 200, raw, mt, [("Docker-Content-Digest", named)], head)
         if rest.startswith("blobs/"):
             dg = rest[len("blobs/"):]
             if dg not in self.blobs:

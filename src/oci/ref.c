@@ -143,8 +143,10 @@ int oci_ref_parse(const char *s, struct oci_ref *r, struct moat_err *e)
 		}
 	}
 	if (!r->registry[0] || strcmp(r->registry, "index.docker.io") == 0 ||
-	    strcmp(r->registry, "registry-1.docker.io") == 0)
+	    strcmp(r->registry, "registry-1.docker.io") == 0) {
+		memset(r->registry, 0, sizeof r->registry); /* canonical: memcmp-able */
 		strcpy(r->registry, "docker.io");
+	}
 	size_t rl = (size_t)(s + repo_end - repo);
 	if (rl == 0)
 		return bad(e, s, "no repository name");

@@ -619,7 +619,8 @@ static int dirfix_cmp(const void *a, const void *b)
  * later entry replaced is skipped (nothing is followed to find it). */
 static int fix_dirs(struct unpack *u)
 {
-	qsort(u->dirs, u->ndirs, sizeof *u->dirs, dirfix_cmp);
+	if (u->ndirs)
+		qsort(u->dirs, u->ndirs, sizeof *u->dirs, dirfix_cmp);
 	for (size_t i = 0; i < u->ndirs; i++) {
 		struct dirfix *d = &u->dirs[i];
 		_cleanup_close_ int fd = *d->path ? open_beneath(u->rootfd, d->path, O_RDONLY)
@@ -667,6 +668,15 @@ static int run(struct unpack *u)
 				    r == ARCHIVE_EOF ? "empty" : archive_error_string(u->raw));
 	if (archive_read_open(u->tar, u, NULL, tar_read, NULL) != ARCHIVE_OK)
 		goto tar_error;
+	/* the root is 0755 unless the tar's "./" says otherwise (later) */
+	struct archive_entry *root = archive_entry_new();
+	if (!root)
+		return moat_err_set(u->e, MOAT_E_SYSTEM, ENOMEM, "layer");
+	archive_entry_set_perm(root, 0755);
+	r = defer_dir(u, "", root);
+	archive_entry_free(root);
+	if (r < 0)
+		return -1;
 	for (uint64_t n = 0;; n++) {
 		r = archive_read_next_header(u->tar, &ae);
 		if (r == ARCHIVE_EOF)

@@ -276,6 +276,12 @@ FUZZ_SRC_ws        := src/proto/ws.c src/base/utf8.c
 FUZZ_LIBS_ws       := -lcrypto
 # moat mcp's framing: stdin lines and the daemon's server-sent events
 FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
+# layer unpack of hostile tars (src/oci/unpack.c) and the documents that pick
+# an image in an archive (src/oci/layout_json.c)
+FUZZ_SRC_unpack    := src/oci/unpack.c src/oci/tarname.c src/oci/digest.c $(FUZZ_BASE)
+FUZZ_LIBS_unpack   := -larchive -lcrypto
+FUZZ_SRC_layout    := src/oci/layout_json.c src/oci/digest.c src/base/err.c
+FUZZ_LIBS_layout   := -ljansson -lcrypto
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

@@ -80,7 +80,7 @@ $(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(
 
 # The OCI test tool (tests/tools/oci_tool.c: pull into a blob store, for
 # tests/e2e and bench/oci_pull.py); not installed, not in BINS.
-OCI_TOOL_SRC := tests/tools/oci_tool.c $(wildcard src/oci/*.c) src/base/err.c src/base/util.c
+OCI_TOOL_SRC := tests/tools/oci_tool.c tests/tools/oci_tool_layer.c $(wildcard src/oci/*.c) src/base/err.c src/base/util.c src/base/walk.c
 OCI_TOOL_LIBS := $(LIBS) -lcurl -larchive -lcrypto
 .PHONY: oci-tool
 oci-tool: $(BUILD)/oci-tool $(BUILD)/san/oci-tool

@@ -259,7 +259,8 @@ static int rm_tree(int dfd, const char *name, int depth)
 }
 
 /* A directory entry of dfd that must be a directory (made when missing,
- * mode): never a link an imported tree planted. Returns 1 when made. */
+ * mode, owned as dfd: the id-mapping shows that owner as the sandbox's
+ * user): never a link an imported tree planted. Returns 1 when made. */
 static int sub_dir(int dfd, const char *name, unsigned mode, const char *what,
 		   struct moat_err *e)
 {
@@ -267,6 +268,11 @@ static int sub_dir(int dfd, const char *name, unsigned mode, const char *what,
 	if (!made && errno != EEXIST)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: mkdir %s", what, name);
 	struct stat st;
+	if (made && geteuid() == 0 &&
+	    (fstat(dfd, &st) < 0 || fchownat(dfd, name, st.st_uid, st.st_gid,
+					     AT_SYMLINK_NOFOLLOW) < 0))
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: chown %s", what,
+				    name);
 	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: %s", what, name);
 	if (!S_ISDIR(st.st_mode))

@@ -78,6 +78,19 @@ $(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(
 	$(CC) $(CPPFLAGS) -Isrc $(WARN) -Wno-missing-prototypes -O1 -g $(SAN) -DMOAT_UNIT_TEST -o $@ \
 		$(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(UNIT_AGENT) $(UNIT_CLIENT) $(wildcard tests/unit/*.c) $(LIBS) $(SERVE_LIBS) $(GATE_LIBS) -lcriterion
 
+# The OCI test tool (tests/tools/oci_tool.c: pull into a blob store, for
+# tests/e2e and bench/oci_pull.py); not installed, not in BINS.
+OCI_TOOL_SRC := tests/tools/oci_tool.c $(wildcard src/oci/*.c) src/base/err.c src/base/util.c
+OCI_TOOL_LIBS := $(LIBS) -lcurl -larchive -lcrypto
+.PHONY: oci-tool
+oci-tool: $(BUILD)/oci-tool $(BUILD)/san/oci-tool
+$(BUILD)/oci-tool: $(OCI_TOOL_SRC) $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc $(WARN) $(CFLAGS) -o $@ $(OCI_TOOL_SRC) $(OCI_TOOL_LIBS)
+$(BUILD)/san/oci-tool: $(OCI_TOOL_SRC) $(HDRS) Makefile
+	@mkdir -p $(dir $@)
+	$(CC) $(CPPFLAGS) -Isrc $(WARN) -O1 -g $(SAN) -o $@ $(OCI_TOOL_SRC) $(OCI_TOOL_LIBS)
+
 # The seccomp program, compiled by libseccomp at build time.
 $(BUILD)/gen/seccomp_bpf.h: tools/gen_seccomp.c src/jail/seccomp_rules.h
 	@mkdir -p $(BUILD)/gen
@@ -150,7 +163,7 @@ stop:
 unit: $(BUILD)/san/unit
 	$(BUILD)/san/unit --jobs 1
 
-e2e: $(addprefix $(BUILD)/san/,$(BINS))
+e2e: $(addprefix $(BUILD)/san/,$(BINS)) $(BUILD)/san/oci-tool
 	sh tests/e2e/run.sh $(BUILD)/san/moat
 
 # The Python client's own tests, against a real (sanitizer-built) daemon.
@@ -200,7 +213,7 @@ check: deps
 
 # The same suites against the binaries that ship (optimised, moat a static
 # PIE): how they are linked is part of what must work.
-e2e-release: $(addprefix $(BUILD)/,$(BINS))
+e2e-release: $(addprefix $(BUILD)/,$(BINS)) $(BUILD)/oci-tool
 	sh tests/e2e/run.sh $(BUILD)/moat
 
 bench: deps all
@@ -276,6 +289,14 @@ FUZZ_SRC_ws        := src/proto/ws.c src/base/utf8.c
 FUZZ_LIBS_ws       := -lcrypto
 # moat mcp's framing: stdin lines and the daemon's server-sent events
 FUZZ_SRC_relay     := src/client/linebuf.c src/client/sse.c src/base/err.c
+# OCI: image references, index / manifest / config documents, the
+# registry's WWW-Authenticate challenge
+FUZZ_SRC_ociref    := src/oci/ref.c src/oci/digest.c src/base/err.c
+FUZZ_LIBS_ociref   := -lcrypto
+FUZZ_SRC_ocimanifest := src/oci/manifest.c src/oci/digest.c src/base/err.c
+FUZZ_LIBS_ocimanifest := -ljansson -lcrypto
+FUZZ_SRC_ociauth   := src/oci/auth.c src/base/err.c
+FUZZ_LIBS_ociauth  := -ljansson -lcrypto
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

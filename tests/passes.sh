@@ -26,10 +26,10 @@ make_tmp() {
 }
 
 # Copy $bin to DIR/moat and its sibling binaries (moat serve, the API
-# client, the agent, the gateway) next to it, when built.
+# client, the agent, the gateway, the OCI test tool) next to it, when built.
 copy_bins() {
 	cp "$bin" "$1/moat"
-	for b in moat-serve moat-client moat-agent moat-gate; do
+	for b in moat-serve moat-client moat-agent moat-gate oci-tool; do
 		[ -f "$(dirname "$bin")/$b" ] && cp "$(dirname "$bin")/$b" "$1/$b"
 	done
 	return 0

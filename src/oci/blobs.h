@@ -35,6 +35,12 @@ int oci_blob_write(struct oci_blob_writer *w, const void *p, size_t n, struct mo
 int oci_blob_commit(struct oci_blob_writer *w, char digest_out[OCI_DIGEST_LEN + 1],
 		    struct moat_err *e);
 void oci_blob_abort(struct oci_blob_writer *w); /* removes the temp file; NULL ok */
+/* Extension: check digest and size now, after the last write, without
+ * renaming (a pull checks each blob as it ends, commits them all at the end,
+ * so a failed pull adds nothing). EBADMSG on a mismatch; the writer stays
+ * to be committed or aborted. Bytes written so far: oci_blob_written. */
+int oci_blob_check(struct oci_blob_writer *w, struct moat_err *e);
+int64_t oci_blob_written(const struct oci_blob_writer *w);
 
 /* Read a whole (small) blob: manifests and configs, at most max bytes.
  * The bytes are re-hashed: a blob changed on disk is an error. */

@@ -28,11 +28,14 @@ user=moate2e
 make_tmp moat-e2e-run
 mkdir "$tmp/tests" "$tmp/bin"
 cp "$here"/conftest.py "$here"/test_*.py "$tmp/tests/"
+# the OCI fixture (registry, images built offline): tests add tests/oci to sys.path
+mkdir "$tmp/tests/oci" && cp "$here/../oci/fixture.py" "$tmp/tests/oci/"
 # the API document and the router, for the test that keeps them in step
 cp "$here/../../docs/API.md" "$here/../../src/serve/api.c" "$tmp/tests/"
 copy_bins "$tmp/bin"
 chmod 755 "$tmp/tests" "$tmp/bin" "$tmp/bin"/*
-chmod 644 "$tmp/tests"/*.py "$tmp/tests"/API.md "$tmp/tests"/api.c
+chmod 644 "$tmp/tests"/*.py "$tmp/tests"/API.md "$tmp/tests"/api.c "$tmp/tests"/oci/fixture.py
+chmod 755 "$tmp/tests/oci"
 
 # run_suite LABEL COMMAND-PREFIX...: run the suite once, report the time.
 suite() { # env assignments / runuser prefix

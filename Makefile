@@ -80,7 +80,7 @@ $(BUILD)/san/unit: $(LIB_SRC) $(PROTO_SRC) $(WS_SRC) $(SERVE_SRC) $(GATE_SRC) $(
 
 # The OCI test tool (tests/tools/oci_tool.c: pull into a blob store, for
 # tests/e2e and bench/oci_pull.py); not installed, not in BINS.
-OCI_TOOL_SRC := tests/tools/oci_tool.c $(wildcard src/oci/*.c) src/base/err.c src/base/util.c
+OCI_TOOL_SRC := tests/tools/oci_tool.c tests/tools/oci_tool_layer.c $(wildcard src/oci/*.c) src/base/err.c src/base/util.c src/base/walk.c
 OCI_TOOL_LIBS := $(LIBS) -lcurl -larchive -lcrypto
 .PHONY: oci-tool
 oci-tool: $(BUILD)/oci-tool $(BUILD)/san/oci-tool
@@ -297,6 +297,12 @@ FUZZ_SRC_ocimanifest := src/oci/manifest.c src/oci/digest.c src/base/err.c
 FUZZ_LIBS_ocimanifest := -ljansson -lcrypto
 FUZZ_SRC_ociauth   := src/oci/auth.c src/base/err.c
 FUZZ_LIBS_ociauth  := -ljansson -lcrypto
+# layer unpack of hostile tars (src/oci/unpack.c) and the documents that pick
+# an image in an archive (src/oci/layout_json.c)
+FUZZ_SRC_unpack    := src/oci/unpack.c src/oci/tarname.c src/oci/digest.c $(FUZZ_BASE)
+FUZZ_LIBS_unpack   := -larchive -lcrypto
+FUZZ_SRC_layout    := src/oci/layout_json.c src/oci/digest.c src/base/err.c
+FUZZ_LIBS_layout   := -ljansson -lcrypto
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 
 .PHONY: fuzz fuzz-long fuzz-build

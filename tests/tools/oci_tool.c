@@ -51,10 +51,15 @@ static int fail(const struct moat_err *e)
 	return 1;
 }
 
+int oci_tool_layer(int argc, char **argv); /* oci_tool_layer.c */
+
 int main(int argc, char **argv)
 {
 	if (argc < 2)
 		usage();
+	int lrc = oci_tool_layer(argc, argv); /* unpack, pack, import, export */
+	if (lrc >= 0)
+		return lrc;
 	const char *cmd = argv[1], *ref = NULL, *store = NULL, *auth = NULL;
 	struct oci_pull_opts o = {0};
 	bool progress = false;

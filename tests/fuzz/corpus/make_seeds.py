@@ -238,3 +238,43 @@ put("fuzz_dns", "aaaa_edns", dnsq([b"Example", b"COM"], qtype=28,
 put("fuzz_dns", "root", dnsq([]))
 put("fuzz_dns", "escapes", dnsq([b"\x1b[31m", b"a.b\\c", b"x" * 63]))
 put("fuzz_dns", "pointer", dnsq([b"x"])[:12] + b"\xc0\x0c\x00\x01\x00\x01")
+
+
+# layer tars (fuzz_unpack): first byte 0 = the tar as is, 1 = gzip'd by the target
+def layer(entries):
+    b = io.BytesIO()
+    with tarfile.open(fileobj=b, mode="w", format=tarfile.PAX_FORMAT) as t:
+        for e in entries:
+            ti = tarfile.TarInfo(e[1])
+            ti.type = e[0]
+            data = e[2] if len(e) > 2 and e[0] == tarfile.REGTYPE else b""
+            if e[0] in (tarfile.SYMTYPE, tarfile.LNKTYPE):
+                ti.linkname = e[2]
+            ti.mode = e[3] if len(e) > 3 else 0o644
+            ti.size = len(data)
+            t.addfile(ti, io.BytesIO(data))
+    return b.getvalue()
+
+
+R, D, S, H = tarfile.REGTYPE, tarfile.DIRTYPE, tarfile.SYMTYPE, tarfile.LNKTYPE
+put("fuzz_unpack", "normal", b"\0" + layer([(D, "./", b"", 0o755), (D, "etc/", b"", 0o755),
+                                             (R, "etc/hosts", b"127.0.0.1 x\n"), (R, "bin/sh", b"#!", 0o4755),
+                                             (S, "bin/ls", "sh"), (H, "etc/hl", "etc/hosts"),
+                                             (R, "etc/.wh.motd"), (D, "opt/", b"", 0o755),
+                                             (R, "opt/.wh..wh..opq")]))
+put("fuzz_unpack", "normal-gz", b"\1" + layer([(R, "a", b"a" * 100), (D, "d/", b"", 0o1777)]))
+put("fuzz_unpack", "dotdot", b"\0" + layer([(R, "../escape", b"x"), (R, "a/../../b", b"y")]))
+put("fuzz_unpack", "symlink-write", b"\0" + layer([(S, "l", "/tmp"), (R, "l/pwn", b"x"),
+                                                    (S, "m", "../../.."), (R, "m/etc/x", b"y")]))
+put("fuzz_unpack", "hardlink-out", b"\0" + layer([(H, "shadow", "/etc/shadow"), (S, "e", "/etc"),
+                                                   (H, "s2", "e/shadow"), (H, "s3", "../etc/shadow")]))
+
+# image archive documents (fuzz_layout): first byte picks the parser (0 index.json,
+# 1 manifest.json, 2 oci-layout) and the name asked (4: "latest", 8: "busybox")
+DG = "sha256:" + "a" * 64
+put("fuzz_layout", "index", b"\4" + json.dumps({"schemaVersion": 2, "manifests": [
+    {"mediaType": "application/vnd.oci.image.manifest.v1+json", "digest": DG, "size": 503,
+     "annotations": {"org.opencontainers.image.ref.name": "latest"}}]}).encode())
+put("fuzz_layout", "docker", b"\x09" + json.dumps([{"Config": "a" * 64 + ".json", "RepoTags": ["busybox:latest"],
+                                                   "Layers": ["abc/layer.tar", "blobs/sha256/" + "b" * 64]}]).encode())
+put("fuzz_layout", "layout", b"\2" + b'{"imageLayoutVersion":"1.0.0"}')

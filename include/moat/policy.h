@@ -78,7 +78,10 @@ struct moat_policy {
 					 * rootfs alone is the one layer */
 	char *rootfs_upper;   /* a host directory holding upper/ and work/: the
 			       * image's changes kept on disk (moat serve: the
-			       * sandbox's fs/, snapshots); NULL: in a tmpfs */
+			       * sandbox's fs/, snapshots); NULL: in a tmpfs.
+			       * upper/ and work/ are created when missing;
+			       * work/ is emptied at every start. One sandbox
+			       * at a time (an exclusive lock while it runs) */
 	bool freezer;         /* a freezer cgroup even without limits (moat
 			       * serve: pause/resume, moat_cgroup_freeze) */
 	uint64_t workspace_tmpfs; /* >0: the workspace is private and in
@@ -124,6 +127,11 @@ struct moat_policy {
 	struct moat_strv origins;  /* "PATH\x1fWHERE": a path's source, for messages */
 	bool finalized;
 };
+
+/* At most this many image layers (rootfs_layers). Finalize makes rootfs
+ * and rootfs_layers agree: rootfs alone becomes the one layer, layers
+ * alone set rootfs to the top one (so "p->rootfs" means "an image"). */
+#define MOAT_ROOTFS_LAYERS_MAX 128
 
 /* Users mode's host id band (run as root): slot s owns host ids
  * MOAT_USERS_BAND + s * 65536 .. + 65535, for uids and gids alike. Slots

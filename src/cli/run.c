@@ -28,6 +28,7 @@ enum {
 	OPT_MEMORY, OPT_PIDS, OPT_CPUS, OPT_TIMEOUT, OPT_NET, OPT_POLICY, OPT_SRT,
 	OPT_MODE, OPT_DEGRADED, OPT_ALLOW_DOMAIN, OPT_DENY_DOMAIN, OPT_RESOLVE, OPT_SECRET,
 	OPT_NET_LOG, OPT_UPSTREAM_CA, OPT_NET_CEILING, OPT_QUOTA, OPT_USERS, OPT_USER,
+	OPT_ROOTFS, OPT_ROOTFS_UPPER,
 };
 
 static const struct option opts[] = {
@@ -56,6 +57,8 @@ static const struct option opts[] = {
 	{"net-ceiling", required_argument, NULL, OPT_NET_CEILING},
 	{"users", no_argument, NULL, OPT_USERS},
 	{"user", required_argument, NULL, OPT_USER},
+	{"rootfs", required_argument, NULL, OPT_ROOTFS},
+	{"rootfs-upper", required_argument, NULL, OPT_ROOTFS_UPPER},
 	{"tty", no_argument, NULL, 't'},
 	{"no-tty", no_argument, NULL, 'T'},
 	{"help", no_argument, NULL, 'h'},
@@ -99,6 +102,11 @@ static void usage(FILE *f)
 	      "                          (docs/policy.md \"Users mode\"); rootless it needs an\n"
 	      "                          /etc/subuid range and newuidmap\n"
 	      "      --user root|user    with --users: who runs the command (default user)\n"
+	      "      --rootfs DIR        an image root instead of the host's system\n"
+	      "                          directories, read-only under a private writable\n"
+	      "                          overlay; repeatable: layers, the first given on top\n"
+	      "      --rootfs-upper DIR  with --rootfs: keep the image's changes in DIR/upper\n"
+	      "                          (DIR/work is overlayfs's scratch), not in memory\n"
 	      "  -t, --tty               give the command a terminal of its own (a pty of\n"
 	      "                          the sandbox: job control, tty, full-screen programs;\n"
 	      "                          its stderr then shares stdout); the default when\n"
@@ -224,6 +232,19 @@ static int apply_flag(struct moat_policy *p, const struct flag *f, const char *c
 		break;
 	case OPT_SECRET:
 		r = moat_policy_add_secret(p, f->arg, e);
+		break;
+	case OPT_ROOTFS: {
+		char *a = moat_path_absolute(f->arg, cwd, home, e);
+		if (!a)
+			r = -1;
+		else
+			moat_strv_take(&p->rootfs_layers, a);
+		break;
+	}
+	case OPT_ROOTFS_UPPER:
+		free(p->rootfs_upper);
+		p->rootfs_upper = moat_path_absolute(f->arg, cwd, home, e);
+		r = p->rootfs_upper ? 0 : -1;
 		break;
 	default:
 		break;

@@ -7,7 +7,9 @@
  *   an image (--rootfs): the image's files, kept as they are when they
  *     name the sandbox's ids; else the image's text with the sandbox's
  *     line added (so `id` and `whoami` resolve), read beneath the image's
- *     root without following a link out of it.
+ *     root without following a link out of it. Of several layers, the
+ *     top-most that has the file (its upper on disk first), whiteouts and
+ *     opaque directories respected.
  * The home is the sandbox's home (HOME inside). Users mode has its own
  * (users.c: root and user); the host-write mode shows the host's. */
 #define _GNU_SOURCE
@@ -18,12 +20,14 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <linux/openat2.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/xattr.h>
 #include <unistd.h>
 
 /* An image's account file is a few KB; more than this is not one. */
@@ -71,6 +75,75 @@ static char *image_file(const char *root, const char *rel)
 	return buf;
 }
 
+/* Is this directory of a layer opaque (overlayfs: the layers below it do
+ * not show through)? Either mark: the unpacker sets both. */
+static bool opaque(int dirfd_)
+{
+	char v[4];
+	ssize_t n = fgetxattr(dirfd_, "user.overlay.opaque", v, sizeof v);
+	if (n < 0)
+		n = fgetxattr(dirfd_, "trusted.overlay.opaque", v, sizeof v);
+	return n == 1 && v[0] == 'y';
+}
+
+enum { L_MISSING, L_GONE, L_FOUND };
+
+/* rel ("etc/passwd") in one layer, as overlayfs would see it: L_GONE when
+ * the layer hides what is below (a whiteout, a 0/0 character device, on
+ * the way; an opaque directory without it), L_FOUND with *out (the file,
+ * as image_file reads it, or NULL when not a regular file). A component
+ * that is a link: looked up in this layer only (image_file). */
+static int layer_file(const char *layer, const char *rel, char **out)
+{
+	*out = NULL;
+	_cleanup_close_ int fd = open(layer, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return L_MISSING;
+	char buf[PATH_MAX];
+	snprintf(buf, sizeof buf, "%s", rel);
+	for (char *name = buf, *next; name; name = next) {
+		next = strchr(name, '/');
+		if (next)
+			*next++ = '\0';
+		struct stat st;
+		if (fstatat(fd, name, &st, AT_SYMLINK_NOFOLLOW) < 0) /* not here */
+			return opaque(fd) ? L_GONE : L_MISSING;
+		if (S_ISCHR(st.st_mode) && st.st_rdev == 0)
+			return L_GONE;
+		if (S_ISLNK(st.st_mode) || !next) {
+			*out = image_file(layer, rel);
+			return L_FOUND;
+		}
+		if (!S_ISDIR(st.st_mode))
+			return L_GONE; /* a file where a directory was: hides it */
+		int sub = openat(fd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (sub < 0)
+			return L_MISSING;
+		close(fd);
+		fd = sub;
+	}
+	return L_MISSING;
+}
+
+/* rel in an image: the top-most layer that has it, or none when a layer
+ * above hides it; the upper on disk (earlier changes) comes first. */
+static char *image_lookup(const struct moat_policy *p, const char *rel)
+{
+	char *out = NULL;
+	if (p->rootfs_upper) {
+		char up[PATH_MAX];
+		snprintf(up, sizeof up, "%s/upper", p->rootfs_upper);
+		if (layer_file(up, rel, &out) != L_MISSING)
+			return out;
+	}
+	if (!p->rootfs_layers.n)
+		return image_file(p->rootfs, rel);
+	for (size_t i = 0; i < p->rootfs_layers.n; i++)
+		if (layer_file(p->rootfs_layers.v[i], rel, &out) != L_MISSING)
+			return out;
+	return NULL;
+}
+
 /* The line of a passwd/group text whose third field is id, or NULL. */
 static const char *line_of_id(const char *text, unsigned id)
 {
@@ -116,8 +189,8 @@ void jail_accounts(const struct jail_ctx *c, char **passwd, char **group)
 	char *pl = moat_strdupf("%s:x:%u:%u:%s:%s:%s\n", user, uid, gid, user, home, shell);
 	char *gl = moat_strdupf("%s:x:%u:\n", grp, gid);
 	if (c->p->rootfs) {
-		_cleanup_free_ char *ip = image_file(c->p->rootfs, "etc/passwd");
-		_cleanup_free_ char *ig = image_file(c->p->rootfs, "etc/group");
+		_cleanup_free_ char *ip = image_lookup(c->p, "etc/passwd");
+		_cleanup_free_ char *ig = image_lookup(c->p, "etc/group");
 		*passwd = ip && line_of_id(ip, uid) ? NULL : moat_strdupf("%s%s", ip ? ip : "", pl);
 		*group = ig && line_of_id(ig, gid) ? NULL : moat_strdupf("%s%s", ig ? ig : "", gl);
 		free(pl);

@@ -70,10 +70,17 @@ struct mop {
 	int ph_pin;               /* MOP_PROTECT: O_PATH on the inode the host's
 				   * file placeholders share, or -1 */
 	char *text;               /* MOP_GEN_FILE: the content */
+	struct moat_strv lowers;  /* MOP_OVERLAY of an image: its layers' host paths,
+				   * top first (none: src is the one lower) */
+	int *lower_fds;           /* root: their detached id-mapped mounts (-1: bound) */
+	char *upper;              /* MOP_OVERLAY: host dir of upper/ and work/, or NULL
+				   * (the changes in a tmpfs) */
+	int upper_fd;             /* root: its id-mapped mount, or -1 */
 };
 
 /* ---- the per-spawn context ------------------------------------------- */
 #define JAIL_MAX_HELPERS 32
+struct jail_idmap { uid_t uid; gid_t gid; int fd; }; /* owner -> sandbox, a userns fd */
 struct jail_ctx {
 	const struct moat_policy *p;
 	const struct moat_launch *l;
@@ -95,6 +102,9 @@ struct jail_ctx {
 	pid_t helpers[JAIL_MAX_HELPERS]; /* idmap user-namespace holders, to reap */
 	char *helper_stacks[JAIL_MAX_HELPERS];
 	size_t nhelpers;
+	struct jail_idmap idmaps[JAIL_MAX_HELPERS]; /* root: one per on-disk owner */
+	size_t nidmaps;
+	int upper_lock;     /* an image's on-disk upper: exclusive flock, or -1 */
 	int gate_sp[2];     /* gateway mode: child -> host, the listening sockets */
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
@@ -141,6 +151,10 @@ int jail_ns_child(struct jail_ctx *c, struct moat_err *e);
 void jail_ns_free(struct jail_ctx *c);
 /* Root mode: turn a writable bind op into a detached id-mapped mount. */
 int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err *e);
+/* Root mode: a detached id-mapped clone of the tree at path (read-only or
+ * not), its owner shown as the sandbox's user: an image layer, the upper
+ * directory. Returns the mount fd, or -1. */
+int jail_ns_idmap_tree(struct jail_ctx *c, const char *path, bool ro, struct moat_err *e);
 
 /* users.c: users mode. prepare: the id range (a slot or the caller's
  * subordinate ids); parent: the maps (newuidmap rootless); caps: Docker's

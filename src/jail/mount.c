@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/mount.h>
 #include <sys/sendfile.h>
 #include <sys/stat.h>
@@ -63,6 +64,7 @@ static struct mop *add_op(struct jail_ctx *c, enum mop_kind kind, const char *sr
 	op->ll = ll;
 	op->fd = -1;
 	op->ph_pin = -1;
+	op->upper_fd = -1;
 	return op;
 }
 
@@ -81,6 +83,14 @@ void jail_mount_free(struct jail_ctx *c)
 			close(c->ops[i].fd);
 		if (c->ops[i].ph_pin >= 0)
 			close(c->ops[i].ph_pin);
+		for (size_t k = 0; c->ops[i].lower_fds && k < c->ops[i].lowers.n; k++)
+			if (c->ops[i].lower_fds[k] >= 0)
+				close(c->ops[i].lower_fds[k]);
+		free(c->ops[i].lower_fds);
+		moat_strv_free(&c->ops[i].lowers);
+		free(c->ops[i].upper);
+		if (c->ops[i].upper_fd >= 0)
+			close(c->ops[i].upper_fd);
 	}
 	free(c->ops);
 	c->ops = NULL;
@@ -217,6 +227,121 @@ static int users_masks(struct jail_ctx *c, const char *dir, int depth, struct mo
 	return rc;
 }
 
+/* Remove the tree name of dfd, not following links; directories made
+ * searchable first (overlayfs leaves work/work mode 000). */
+static int rm_tree(int dfd, const char *name, int depth)
+{
+	struct stat st;
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return errno == ENOENT ? 0 : -1;
+	if (!S_ISDIR(st.st_mode))
+		return unlinkat(dfd, name, 0);
+	if (depth > 32) {
+		errno = ELOOP;
+		return -1;
+	}
+	if ((st.st_mode & 0700) != 0700 && fchmodat(dfd, name, 0700, 0) < 0)
+		return -1;
+	int fd = openat(dfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	DIR *d = fd < 0 ? NULL : fdopendir(fd);
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	int rc = 0;
+	struct dirent *de;
+	while (rc == 0 && (de = readdir(d)))
+		if (strcmp(de->d_name, ".") && strcmp(de->d_name, ".."))
+			rc = rm_tree(dirfd(d), de->d_name, depth + 1);
+	closedir(d);
+	return rc < 0 ? -1 : unlinkat(dfd, name, AT_REMOVEDIR);
+}
+
+/* A directory entry of dfd that must be a directory (made when missing,
+ * mode, owned as dfd: the id-mapping shows that owner as the sandbox's
+ * user): never a link an imported tree planted. Returns 1 when made. */
+static int sub_dir(int dfd, const char *name, unsigned mode, const char *what,
+		   struct moat_err *e)
+{
+	bool made = mkdirat(dfd, name, mode) == 0;
+	if (!made && errno != EEXIST)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: mkdir %s", what, name);
+	struct stat st;
+	if (made && geteuid() == 0 &&
+	    (fstat(dfd, &st) < 0 || fchownat(dfd, name, st.st_uid, st.st_gid,
+					     AT_SYMLINK_NOFOLLOW) < 0))
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: chown %s", what,
+				    name);
+	if (fstatat(dfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: %s", what, name);
+	if (!S_ISDIR(st.st_mode))
+		return moat_err_set(e, MOAT_E_USAGE, ENOTDIR, "rootfs upper %s: %s", what, name);
+	return made;
+}
+
+/* The image's changes on disk: <upper>/upper (made when missing, with the
+ * top layer's mode: the overlay root's) and an empty <upper>/work
+ * (overlayfs refuses or complains about a workdir an earlier mount left:
+ * work/work, work/index, work/incompat), under an exclusive lock held
+ * while the sandbox lives: two overlays on one upper corrupt it. */
+static int upper_prepare(struct jail_ctx *c, const char *dir, const char *top,
+			 struct moat_err *e)
+{
+	_cleanup_close_ int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno, "rootfs upper %s", dir);
+	if (flock(fd, LOCK_EX | LOCK_NB) < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno == EWOULDBLOCK ? 0 : errno,
+				    "rootfs upper %s%s", dir, errno == EWOULDBLOCK ?
+				    " is in use by another sandbox" : ": lock");
+	int made = sub_dir(fd, "upper", 0755, dir, e);
+	if (made < 0)
+		return -1;
+	struct stat st;
+	if (made && stat(top, &st) == 0 && fchmodat(fd, "upper", st.st_mode & 07777, 0) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: chmod upper", dir);
+	if (rm_tree(fd, "work", 0) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "rootfs upper %s: clear work/", dir);
+	if (sub_dir(fd, "work", 0700, dir, e) < 0)
+		return -1;
+	c->upper_lock = steal_fd(&fd);
+	return 0;
+}
+
+/* An image: its layers (top first) as the overlay's lowers, each bound,
+ * or id-mapped on its own under root (an overlay cannot itself be
+ * id-mapped: EINVAL), and its upper on disk when the policy has one. */
+static int image_layers(struct jail_ctx *c, struct mop *ov, struct moat_err *e)
+{
+	const struct moat_policy *p = c->p;
+	size_t n = p->rootfs_layers.n;
+	if (!n || n > MOAT_ROOTFS_LAYERS_MAX)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "image: %zu layers (policy not finalized?)",
+				    n);
+	ov->lower_fds = malloc(n * sizeof *ov->lower_fds);
+	if (!ov->lower_fds)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "image layers");
+	for (size_t i = 0; i < n; i++) {
+		ov->lower_fds[i] = -1;
+		moat_strv_add(&ov->lowers, p->rootfs_layers.v[i]);
+	}
+	for (size_t i = 0; c->host_root && i < n; i++)
+		if ((ov->lower_fds[i] = jail_ns_idmap_tree(c, ov->lowers.v[i], true, e)) < 0)
+			return moat_err_prefix(e, "image layer");
+	if (!p->rootfs_upper)
+		return 0;
+	if (upper_prepare(c, p->rootfs_upper, ov->lowers.v[0], e) < 0)
+		return -1;
+	if (!(ov->upper = strdup(p->rootfs_upper)))
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "rootfs upper");
+	/* root: what the sandbox writes belongs to the directory's owner */
+	if (c->host_root &&
+	    (ov->upper_fd = jail_ns_idmap_tree(c, p->rootfs_upper, false, e)) < 0)
+		return moat_err_prefix(e, "rootfs upper");
+	return 0;
+}
+
 int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 {
 	const struct moat_policy *p = c->p;
@@ -224,18 +349,13 @@ int jail_mount_prepare(struct jail_ctx *c, struct moat_err *e)
 
 	/* 1. the base view */
 	if (p->fs_base == MOAT_FS_SYSTEM && p->rootfs) {
-		/* overlayfs options are comma- and colon-separated */
-		if (p->rootfs[0] != '/' || strpbrk(p->rootfs, ",:\\"))
-			return moat_err_set(e, MOAT_E_USAGE, 0,
-					    "root filesystem %s: an absolute path without ',' ':' '\\'",
-					    p->rootfs);
 		struct mop *ov = add_op(c, MOP_OVERLAY, p->rootfs, "/", 0, LL_RW);
 		ov->size = p->rootfs_size;
 		if (p->workspace_tmpfs) { /* the one budget: see jail_mount_child */
 			ov->size = 0;
 			ov->flags |= MOP_F_SHARED;
 		}
-		if (c->host_root && jail_ns_prepare_idmapped(c, ov, e) < 0)
+		if (image_layers(c, ov, e) < 0)
 			return -1;
 	} else if (p->fs_base == MOAT_FS_SYSTEM) {
 		for (size_t i = 0; system_dirs[i]; i++) {
@@ -700,15 +820,20 @@ static int op_protect(struct jail_ctx *c, int rootfd, const struct mop *op,
 				  (int)(op - c->ops), rep + used, JAIL_REPORT_CAP - used, e);
 }
 
-/* The image read-only, the sandbox's changes in a tmpfs of its own: the
- * image is never written and every sandbox starts from it afresh. */
+/* The image read-only, the sandbox's changes in a tmpfs of its own (or,
+ * with an upper on disk, there): the image is never written and every
+ * sandbox starts from it afresh (or from its own earlier changes).
+ * Everything overlayfs names in its options (shown in the sandbox's
+ * mountinfo) is a neutral path of the setup tmpfs: /ovl/lower (one
+ * layer) or /ovl/l0 (top), /ovl/l1, ...; /ovl/upper or /ovl/u/upper. */
 static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 		      struct moat_err *e)
 {
-	char opts[PATH_MAX + 128];
+	/* a page (the most mount(2) copies): 128 layers of "/ovl/l127:" fit */
+	char opts[4096];
 	/* the image's scratch is /ovl; users mode's system directories have
 	 * one each, /ovl-usr, /ovl-etc, ... */
-	char d[PATH_MAX], up[PATH_MAX + 8], wk[PATH_MAX + 8], lo[PATH_MAX + 8];
+	char d[PATH_MAX], up[PATH_MAX + 16], wk[PATH_MAX + 16], lo[PATH_MAX + 16];
 	if (strcmp(op->dst, "/") == 0)
 		snprintf(d, sizeof d, "/ovl");
 	else {
@@ -717,47 +842,103 @@ static int op_overlay(const struct mop *op, const char *lower, const char *dst,
 			if (*q == '/')
 				*q = '-';
 	}
+	const char *what = op->lowers.n ? op->lowers.v[0] : op->src;
 	snprintf(up, sizeof up, "%s/upper", d);
 	snprintf(wk, sizeof wk, "%s/work", d);
-	snprintf(lo, sizeof lo, "%s/lower", d);
-	if (op->flags & MOP_F_SHARED) {
+	if (op->upper) {
+		/* the changes on disk: <upper> attached at /ovl/u (upperdir and
+		 * workdir must share one mount) */
+		char u[PATH_MAX + 8], src[PATH_MAX + 16];
+		snprintf(u, sizeof u, "%s/u", d);
+		snprintf(up, sizeof up, "%s/upper", u);
+		snprintf(wk, sizeof wk, "%s/work", u);
+		if (mkdir(d, 0700) < 0 || mkdir(u, 0755) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", what);
+		if (op->upper_fd >= 0) {
+			if (move_mount(op->upper_fd, "", AT_FDCWD, u, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped "
+						    "rootfs upper %s", op->upper);
+		} else {
+			snprintf(src, sizeof src, OLD "%s", op->upper);
+			if (mount(src, u, NULL, MS_BIND | MS_REC, NULL) < 0 ||
+			    set_attr(AT_FDCWD, u, AT_RECURSIVE, MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+				     op->upper, e) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind rootfs upper %s",
+						    op->upper);
+		}
+	} else if (op->flags & MOP_F_SHARED) {
 		/* changes in the setup tmpfs: the sandbox's disk budget */
 		if (mkdir(d, 0700) < 0 || mkdir(up, 0755) < 0 || mkdir(wk, 0755) < 0)
 			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s",
-					    op->src);
-	} else if (op->size)
-		snprintf(opts, sizeof opts, "size=%llu,mode=0755", (unsigned long long)op->size);
-	else
-		snprintf(opts, sizeof opts, "mode=0755");
-	if (!(op->flags & MOP_F_SHARED) &&
-	    (mkdir(d, 0700) < 0 || mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
-	     mkdir(up, 0755) < 0 || mkdir(wk, 0755) < 0))
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
-	if (op->fd >= 0) { /* root mode: the image id-mapped by the host */
-		if (mkdir(lo, 0755) < 0 ||
-		    move_mount(op->fd, "", AT_FDCWD, lo, MOVE_MOUNT_F_EMPTY_PATH) < 0)
-			return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped %s",
-					    op->src);
+					    what);
 	} else {
-		/* Bound at a neutral path first: overlayfs shows its lowerdir=
-		 * in the sandbox's mountinfo and mounts, and the image's host
-		 * path is none of the sandbox's business. */
-		if (mkdir(lo, 0755) < 0 ||
-		    mount(lower, lo, NULL, MS_BIND | MS_REC, NULL) < 0)
-			return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind %s", op->src);
+		if (op->size)
+			snprintf(opts, sizeof opts, "size=%llu,mode=0755",
+				 (unsigned long long)op->size);
+		else
+			snprintf(opts, sizeof opts, "mode=0755");
+		if (mkdir(d, 0700) < 0 || mount("tmpfs", d, "tmpfs", MS_NOSUID | MS_NODEV, opts) < 0 ||
+		    mkdir(up, 0755) < 0 || mkdir(wk, 0755) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", what);
 	}
-	/* the upper root gives the overlay's root its owner and mode */
+	size_t n = op->lowers.n ? op->lowers.n : 1, len = 0;
+	len = (size_t)snprintf(opts, sizeof opts, "lowerdir=");
+	char top[PATH_MAX + 16] = "";
+	for (size_t i = 0; i < n; i++) {
+		const char *name = op->lowers.n ? op->lowers.v[i] : op->src;
+		int fd = op->lowers.n ? op->lower_fds[i] : op->fd;
+		if (n == 1)
+			snprintf(lo, sizeof lo, "%s/lower", d);
+		else
+			snprintf(lo, sizeof lo, "%s/l%zu", d, i);
+		if (mkdir(lo, 0755) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", name);
+		if (fd >= 0) { /* root mode: the layer id-mapped by the host */
+			if (move_mount(fd, "", AT_FDCWD, lo, MOVE_MOUNT_F_EMPTY_PATH) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach id-mapped %s",
+						    name);
+		} else {
+			/* Bound at a neutral path first: overlayfs shows its
+			 * lowerdir= in the sandbox's mountinfo and mounts, and
+			 * the image's host path is none of the sandbox's business. */
+			char src[PATH_MAX + 16];
+			if (op->lowers.n)
+				snprintf(src, sizeof src, OLD "%s", name);
+			else
+				snprintf(src, sizeof src, "%s", lower);
+			if (mount(src, lo, NULL, MS_BIND | MS_REC, NULL) < 0)
+				return moat_err_set(e, MOAT_E_SYSTEM, errno, "bind %s", name);
+		}
+		if (i == 0)
+			snprintf(top, sizeof top, "%s", lo);
+		int k = snprintf(opts + len, sizeof opts - len, "%s%s", i ? ":" : "", lo);
+		if (k < 0 || (size_t)k >= sizeof opts - len)
+			return moat_err_set(e, MOAT_E_USAGE, E2BIG, "overlay of %zu layers", n);
+		len += (size_t)k;
+	}
+	/* the upper root gives the overlay's root its owner and mode (an
+	 * upper on disk got them when it was made) */
 	struct stat st;
-	if (stat(lo, &st) == 0 && chmod(up, st.st_mode & 07777) < 0)
-		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", op->src);
-	snprintf(opts, sizeof opts, "lowerdir=%s,upperdir=%s,workdir=%s", lo, up, wk);
+	if (!op->upper && stat(top, &st) == 0 && chmod(up, st.st_mode & 07777) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "overlay scratch for %s", what);
+	/* An image's overlay is mounted in the sandbox's user namespace,
+	 * where trusted.* xattrs are out of reach: userxattr makes overlayfs
+	 * read the layers' opaque directories from user.overlay.opaque (the
+	 * unpacker sets both) and keep its own marks in user.overlay.* of
+	 * the upper (ext4, btrfs, xfs; tmpfs since 6.6). Whiteouts (0/0
+	 * character devices) need no xattr. */
+	int k = snprintf(opts + len, sizeof opts - len, ",upperdir=%s,workdir=%s%s", up, wk,
+			 op->lowers.n ? ",userxattr" : "");
+	if (k < 0 || (size_t)k >= sizeof opts - len)
+		return moat_err_set(e, MOAT_E_USAGE, E2BIG, "overlay of %zu layers", n);
 	if (strcmp(op->dst, "/") != 0 && make_mountpoint(dst, true, e) < 0)
 		return -1;
 	if (mount("overlay", dst, "overlay", MS_NOSUID | MS_NODEV, opts) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
-				    "overlay of %s %s (kernel without overlayfs in user "
+				    "overlay of %s %s%s (kernel without overlayfs in user "
 				    "namespaces, or over id-mapped layers?)",
-				    strcmp(op->dst, "/") ? "system directory" : "root filesystem", op->src);
+				    strcmp(op->dst, "/") ? "system directory" : "root filesystem", what,
+				    n > 1 ? " and its lower layers" : "");
 	return 0;
 }
 

@@ -109,17 +109,31 @@ static int idmap_userns_maps(struct jail_ctx *c, const char *um, const char *gm,
 	return fd;
 }
 
-static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, uid_t to_uid,
-			gid_t to_gid, struct moat_err *e)
+/* The namespace mapping on-disk owner (uid, gid) to the sandbox's host
+ * ids: one per distinct owner, kept until jail_ns_free (an image's many
+ * layers, normally all root's, share one). Not to be closed by the caller. */
+static int idmap_userns(struct jail_ctx *c, uid_t uid, gid_t gid, struct moat_err *e)
 {
+	for (size_t i = 0; i < c->nidmaps; i++)
+		if (c->idmaps[i].uid == uid && c->idmaps[i].gid == gid)
+			return c->idmaps[i].fd;
+	if (c->nidmaps == JAIL_MAX_HELPERS)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "too many writable paths or image "
+				    "layers of distinct owners");
 	char um[64], gm[64];
-	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)to_uid);
-	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)to_gid);
-	return idmap_userns_maps(c, um, gm, e);
+	snprintf(um, sizeof um, "%u %u 1\n", (unsigned)uid, (unsigned)c->uid_out);
+	snprintf(gm, sizeof gm, "%u %u 1\n", (unsigned)gid, (unsigned)c->gid_out);
+	int fd = idmap_userns_maps(c, um, gm, e);
+	if (fd >= 0)
+		c->idmaps[c->nidmaps++] = (struct jail_idmap){uid, gid, fd};
+	return fd;
 }
 
 void jail_ns_free(struct jail_ctx *c)
 {
+	for (size_t i = 0; i < c->nidmaps; i++)
+		close(c->idmaps[i].fd);
+	c->nidmaps = 0;
 	for (size_t i = 0; i < c->nhelpers; i++) {
 		while (waitpid(c->helpers[i], NULL, __WALL) < 0 && errno == EINTR)
 			;
@@ -139,6 +153,7 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	if (stat(op->src, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", op->src);
 	_cleanup_close_ int ns = -1;
+	int ns_shared = -1;
 	if (c->users && op->kind != MOP_OVERLAY) {
 		/* users mode: the owner is user (1000) inside, and what the
 		 * sandbox's other ids (root...) create keeps their host id of
@@ -154,11 +169,13 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 			return moat_err_set(e, MOAT_E_USAGE, 0, "%s belongs to the sandbox's "
 					    "own id range", op->src);
 		ns = idmap_userns_maps(c, um, gm, e);
+		if (ns < 0)
+			return -1;
 	} else {
-		ns = idmap_userns(c, st.st_uid, st.st_gid, c->uid_out, c->gid_out, e);
+		ns_shared = idmap_userns(c, st.st_uid, st.st_gid, e);
+		if (ns_shared < 0)
+			return -1;
 	}
-	if (ns < 0)
-		return -1;
 	_cleanup_close_ int fd = open_tree(AT_FDCWD, op->src,
 					   OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
 	if (fd < 0)
@@ -167,7 +184,7 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	struct mount_attr attr = {
 		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
 			    (lower ? MOUNT_ATTR_RDONLY : 0),
-		.userns_fd = (uint64_t)ns,
+		.userns_fd = (uint64_t)(ns >= 0 ? ns : ns_shared),
 	};
 	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno,
@@ -177,6 +194,29 @@ int jail_ns_prepare_idmapped(struct jail_ctx *c, struct mop *op, struct moat_err
 	if (!lower)
 		op->kind = MOP_BIND_FD;
 	return 0;
+}
+
+int jail_ns_idmap_tree(struct jail_ctx *c, const char *path, bool ro, struct moat_err *e)
+{
+	struct stat st;
+	if (stat(path, &st) < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno, "%s", path);
+	int ns = idmap_userns(c, st.st_uid, st.st_gid, e);
+	if (ns < 0)
+		return -1;
+	_cleanup_close_ int fd = open_tree(AT_FDCWD, path, OPEN_TREE_CLONE | OPEN_TREE_CLOEXEC);
+	if (fd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open_tree %s", path);
+	struct mount_attr attr = {
+		.attr_set = MOUNT_ATTR_IDMAP | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV |
+			    (ro ? MOUNT_ATTR_RDONLY : 0),
+		.userns_fd = (uint64_t)ns,
+	};
+	if (mount_setattr(fd, "", AT_EMPTY_PATH, &attr, sizeof attr) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "id-mapped mount of %s (kernel or filesystem "
+				    "without MOUNT_ATTR_IDMAP)", path);
+	return steal_fd(&fd);
 }
 
 int jail_ns_prepare_idmapped_range(struct jail_ctx *c, struct mop *op, struct moat_err *e)

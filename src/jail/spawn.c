@@ -249,7 +249,7 @@ static void ctx_free(struct jail_ctx *c)
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
 		      &c->st_rd, &c->st_wr, &c->ws_fd, &c->gate_sp[0], &c->gate_sp[1],
 		      &c->gate_fds[0], &c->gate_fds[1], &c->tty_master, &c->dns_fds[0],
-		      &c->dns_fds[1]};
+		      &c->dns_fds[1], &c->upper_lock};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -261,9 +261,15 @@ static void ctx_free(struct jail_ctx *c)
  * removes its placeholders (see protect.c). */
 static int lock_roots(struct moat_jail *j, struct moat_err *e)
 {
-	j->c.locks = calloc(j->c.protect_roots.n + 1, sizeof *j->c.locks);
+	j->c.locks = calloc(j->c.protect_roots.n + 2, sizeof *j->c.locks);
 	if (!j->c.locks)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "locks");
+	/* an image's upper (taken by jail_mount_prepare): held like the
+	 * roots', released when everything inside is gone */
+	if (j->c.upper_lock >= 0) {
+		j->c.locks[j->c.nlocks++] = j->c.upper_lock;
+		j->c.upper_lock = -1;
+	}
 	for (size_t i = 0; i < j->c.protect_roots.n; i++) {
 		int fd = open(j->c.protect_roots.v[i], O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 		if (fd < 0)
@@ -321,6 +327,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->tty_master = -1;
 	c->dns_fds[0] = c->dns_fds[1] = -1;
 	c->users_lock = c->users_range_ns = -1;
+	c->upper_lock = -1;
 	j->pid = -1;
 	int sp[2] = {-1, -1}, ep[2] = {-1, -1}, stp[2] = {-1, -1};
 

@@ -255,6 +255,90 @@ static int resolve_list(const struct moat_policy *p, struct moat_strv *list,
 	return 0;
 }
 
+/* An image's directory (a layer, the upper): resolved, a directory, and
+ * a path overlayfs options could carry (',' ':' '\\' separate them; the
+ * engine mounts at neutral paths, but a path that would break a plain
+ * overlay mount is refused up front, naming it). */
+static char *image_dir(const char *path, const char *what, struct moat_err *e)
+{
+	char *real = realpath(path, NULL);
+	if (!real) {
+		moat_err_set(e, MOAT_E_USAGE, errno, "%s %s", what, path);
+		return NULL;
+	}
+	struct stat st;
+	int err = stat(real, &st) < 0 ? errno : S_ISDIR(st.st_mode) ? 0 : ENOTDIR;
+	if (err)
+		moat_err_set(e, MOAT_E_USAGE, err, "%s %s", what, real);
+	else if (strpbrk(real, ",:\\"))
+		moat_err_set(e, MOAT_E_USAGE, 0, "%s %s: no ',' ':' '\\' allowed in its "
+			     "path (overlayfs options)", what, real);
+	else
+		return real;
+	free(real);
+	return NULL;
+}
+
+/* rootfs and rootfs_layers made one (see MOAT_ROOTFS_LAYERS_MAX), each
+ * layer and the upper resolved and checked. */
+static int resolve_image(struct moat_policy *p, struct moat_err *e)
+{
+	if (p->rootfs && !p->rootfs_layers.n)
+		moat_strv_add(&p->rootfs_layers, p->rootfs);
+	if (!p->rootfs_layers.n) {
+		if (p->rootfs_upper)
+			return moat_err_set(e, MOAT_E_USAGE, 0, "rootfs upper %s: only with an "
+					    "image (--rootfs)", p->rootfs_upper);
+		return 0;
+	}
+	if (p->fs_base != MOAT_FS_SYSTEM)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "an image (--rootfs) needs the default "
+				    "filesystem view (no --mode read-only/workspace-write/"
+				    "danger-full-access)");
+	if (p->rootfs_layers.n > MOAT_ROOTFS_LAYERS_MAX)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "%zu image layers: at most %d",
+				    p->rootfs_layers.n, MOAT_ROOTFS_LAYERS_MAX);
+	for (size_t i = 0; i < p->rootfs_layers.n; i++) {
+		char *real = image_dir(p->rootfs_layers.v[i], "image layer", e);
+		if (!real)
+			return -1;
+		free(p->rootfs_layers.v[i]);
+		p->rootfs_layers.v[i] = real;
+		for (size_t k = 0; k < i; k++)
+			if (moat_path_within(real, p->rootfs_layers.v[k]) ||
+			    moat_path_within(p->rootfs_layers.v[k], real))
+				return moat_err_set(e, MOAT_E_USAGE, 0, "image layers %s and %s "
+						    "overlap", p->rootfs_layers.v[k], real);
+	}
+	if (p->rootfs) {
+		char *real = realpath(p->rootfs, NULL);
+		bool same = real && strcmp(real, p->rootfs_layers.v[0]) == 0;
+		free(real);
+		if (!same)
+			return moat_err_set(e, MOAT_E_USAGE, 0, "rootfs %s is not the top image "
+					    "layer %s", p->rootfs, p->rootfs_layers.v[0]);
+	}
+	free(p->rootfs);
+	p->rootfs = strdup(p->rootfs_layers.v[0]);
+	if (!p->rootfs)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "rootfs");
+	if (!p->rootfs_upper)
+		return 0;
+	char *up = image_dir(p->rootfs_upper, "rootfs upper", e);
+	if (!up)
+		return -1;
+	free(p->rootfs_upper);
+	p->rootfs_upper = up;
+	if (access(up, W_OK | X_OK) < 0)
+		return moat_err_set(e, MOAT_E_USAGE, errno, "rootfs upper %s", up);
+	for (size_t i = 0; i < p->rootfs_layers.n; i++)
+		if (moat_path_within(up, p->rootfs_layers.v[i]) ||
+		    moat_path_within(p->rootfs_layers.v[i], up))
+			return moat_err_set(e, MOAT_E_USAGE, 0, "rootfs upper %s and image layer "
+					    "%s overlap", up, p->rootfs_layers.v[i]);
+	return 0;
+}
+
 int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 			 const char *home, struct moat_err *e)
 {
@@ -283,6 +367,8 @@ int moat_policy_finalize(struct moat_policy *p, const char *cwd,
 				    "workspace /: refusing to make the whole "
 				    "filesystem writable (use --mode danger-full-access)");
 
+	if (resolve_image(p, e) < 0)
+		return -1;
 	/* Users mode builds its own system view: only over the host's system
 	 * directories, and a slot is the host band's (docs/policy.md). */
 	if (p->users && (p->fs_base != MOAT_FS_SYSTEM || p->rootfs))

@@ -240,6 +240,8 @@ static json_t *image_json(const char *id, bool details)
 	sqlite3_finalize(st);
 	st = prep("SELECT digest, diff_id, size, unpacked, media_type FROM image_layers "
 		  "WHERE image = ?1 ORDER BY idx");
+	if (st)
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_TRANSIENT);
 	json_t *ls = json_array();
 	while (st && sqlite3_step(st) == SQLITE_ROW)
 		json_array_append_new(

@@ -218,6 +218,8 @@ static void h_exec(struct evhttp_request *req, struct box *b)
 		argv = json_pack("[s,s,O]", "/bin/sh", "-c", cmd);
 	} else if (json_is_array(cmd) && json_array_size(cmd) > 0) {
 		argv = json_incref(cmd);
+	} else if (!cmd) {
+		/* none: an image sandbox runs its image's Entrypoint + Cmd */
 	} else {
 		cerr(&e, 400, "invalid_request", "cmd must be a non-empty string or array of strings");
 		goto bad;
@@ -621,6 +623,9 @@ uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path)
 		if (!strcmp(seg[3], "archive"))
 			return HTTP_MAX_BODY;
 	}
+	if (m == EVHTTP_REQ_POST && n == 3 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "images") &&
+	    !strcmp(seg[2], "import"))
+		return HTTP_MAX_BODY;
 	return HTTP_MAX_JSON_BODY;
 }
 
@@ -659,6 +664,10 @@ void api_route(struct evhttp_request *req)
 		char *t = metrics_text();
 		http_raw(req, 200, "text/plain; version=0.0.4", t, strlen(t));
 		free(t);
+		return;
+	}
+	if (n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "images")) {
+		api_images_route(req, conf->base, seg, n);
 		return;
 	}
 	if (n < 2 || strcmp(seg[0], "v1") || strcmp(seg[1], "sandboxes")) {

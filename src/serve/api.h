@@ -25,6 +25,9 @@ struct api_config {
 void api_init(const struct api_config *c);
 /* The body limit of a route (see http_set_body_limit). */
 uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path);
+/* /v1/images (api_images.c): seg[0] "v1", seg[1] "images", n segments
+ * (still percent-encoded). */
+void api_images_route(struct evhttp_request *req, struct event_base *base, char **seg, int n);
 /* Route one authenticated request. */
 void api_route(struct evhttp_request *req);
 

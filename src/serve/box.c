@@ -1,6 +1,7 @@
 /* Sandboxes of the daemon: see box.h. */
 #define _GNU_SOURCE
 #include "box.h"
+#include "images.h"
 
 #include "store.h"
 #include "../base/cleanup.h"
@@ -189,6 +190,11 @@ const json_t *box_metadata(const struct box *b)
 	return json_object_get(b->spec, "metadata");
 }
 
+const json_t *box_image_config(const struct box *b)
+{
+	return json_object_get(b->spec, "image_config");
+}
+
 void box_touch(struct box *b)
 {
 	b->last_active = now_ms();
@@ -204,8 +210,8 @@ json_t *box_json(const struct box *b)
 	json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", b->id, "state",
 			      b->running ? "running" : "stopped", "created_at", when, "workspace",
 			      WORKSPACE);
-	const char *keys[] = {"image", "limits", "timeout_s", "idle_timeout_s", "metadata",
-			      "network", "users", "degraded"};
+	const char *keys[] = {"image", "image_id", "image_config", "limits", "timeout_s",
+			      "idle_timeout_s", "metadata", "network", "users", "degraded"};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		json_t *v = json_object_get(b->spec, keys[i]);
 		if (v)
@@ -626,6 +632,10 @@ static json_t *spec_json(const struct box_spec *s)
 			      (json_int_t)s->timeout_s, "idle_timeout_s", (json_int_t)s->idle_timeout_s);
 	if (s->network)
 		json_object_set(o, "network", s->network);
+	if (s->image_id) /* a restart or respawn uses these layers, whatever tags do */
+		json_object_set_new(o, "image_id", json_string(s->image_id));
+	if (s->image_config)
+		json_object_set(o, "image_config", s->image_config);
 	if (s->users)
 		json_object_set_new(o, "users", json_true());
 	if (s->degraded) { /* the limits not enforced (serve --allow-degraded) */
@@ -1050,7 +1060,20 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	p->memory = spec->memory ? spec->memory : cfg.default_memory;
 	p->pids = spec->pids ? spec->pids : cfg.default_pids;
 	p->cpu_milli = spec->cpu_milli ? spec->cpu_milli : cfg.default_cpu_milli;
-	if (spec->image && strcmp(spec->image, "host") != 0) {
+	if (spec->image_id) {
+		/* an image of the store: its layers, top first, shared */
+		struct images_resolved ir;
+		struct core_err ce = {0};
+		if (images_resolve(spec->image_id, &ir, &ce) <= 0) {
+			moat_err_set(e, MOAT_E_USAGE, ENOENT, "image %s: %s", spec->image_id,
+				     ce.msg[0] ? ce.msg : "not in the store");
+			goto fail;
+		}
+		for (size_t i = 0; i < ir.layers.n; i++)
+			moat_strv_add(&p->rootfs_layers, ir.layers.v[i]);
+		images_resolved_free(&ir);
+		p->rootfs_size = spec->disk;
+	} else if (spec->image && strcmp(spec->image, "host") != 0) {
 		p->rootfs = strdup(spec->image);
 		p->rootfs_size = spec->disk;
 	}

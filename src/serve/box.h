@@ -39,7 +39,11 @@ struct box_config {
 struct box_spec {
 	json_t *env;        /* object of strings (sandbox env + manifest environment) */
 	json_t *metadata;   /* object of strings */
-	char *image;        /* "host" or a rootfs dir */
+	char *image;        /* "host", a rootfs dir, or an image name (image_id set) */
+	char *image_id;     /* an image of the store (images.h): its manifest digest;
+			     * the layers come from it at every spawn */
+	json_t *image_config; /* the image's defaults kept with the sandbox: env, user,
+			       * workdir (when it exists), entrypoint, cmd; or NULL */
 	uint64_t memory, pids, cpu_milli, disk;
 	int64_t timeout_s, idle_timeout_s;
 	uint32_t quota_set;           /* bit i: quotas[i] was asked for (else the operator's) */
@@ -87,6 +91,8 @@ const char *box_dir(const struct box *b);
 bool box_running(const struct box *b);
 json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);
+/* An image sandbox's defaults (box_spec.image_config), or NULL. */
+const json_t *box_image_config(const struct box *b);
 /* The environment of an exec: the sandbox's, then extra (object) on top. */
 json_t *box_env(const struct box *b, json_t *extra);
 /* Some API request arrived: a pending pool refill waits for a pause. */

@@ -10,6 +10,7 @@
 #include "gate/addr.h"
 #include "gate/policy.h"
 #include "image.h"
+#include "images.h"
 #include "jfield.h"
 #include "enforce.h"
 #include "job.h"
@@ -21,6 +22,7 @@
 
 #include <errno.h>
 #include <event2/event.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -163,6 +165,8 @@ static void op_free(struct core_op *op)
 			moat_rm_tree(op->cj->tmp);
 		json_decref(op->cj->s.network);
 		free(op->cj->s.image);
+		free(op->cj->s.image_id);
+		json_decref(op->cj->s.image_config);
 		json_decref(op->cj->env);
 		json_decref(op->cj->body);
 		json_decref(op->cj->repos);
@@ -428,9 +432,39 @@ static bool user_ok(struct box *b, const char *user, struct core_err *e)
 	return false;
 }
 
-struct core_op *core_exec(struct box *b, const struct core_exec_req *r,
+/* An image sandbox's command when an exec names none: Entrypoint + Cmd
+ * (docker run's rule); NULL when the image has neither. New ref. */
+static json_t *image_argv(const struct box *b)
+{
+	const json_t *ic = box_image_config(b);
+	json_t *ep = json_object_get(ic, "entrypoint"), *cmd = json_object_get(ic, "cmd");
+	json_t *a = json_array();
+	if (json_is_array(ep))
+		json_array_extend(a, ep);
+	if (json_is_array(cmd))
+		json_array_extend(a, cmd);
+	if (!json_array_size(a)) {
+		json_decref(a);
+		return NULL;
+	}
+	return a;
+}
+
+struct core_op *core_exec(struct box *b, const struct core_exec_req *req0,
 			  const struct core_exec_cbs *cbs, void *arg, struct core_err *e)
 {
+	struct core_exec_req rr = *req0;
+	const struct core_exec_req *r = &rr;
+	json_auto_t *img_argv = NULL;
+	if (!rr.argv) { /* none given: the image's */
+		img_argv = image_argv(b);
+		if (!img_argv) {
+			cerr(e, 400, "invalid_request",
+			     "cmd is required (this sandbox's image has no Entrypoint or Cmd)");
+			return NULL;
+		}
+		rr.argv = img_argv;
+	}
 	if (!json_is_array(r->argv) || !json_array_size(r->argv)) {
 		cerr(e, 400, "invalid_request", "cmd must be a non-empty array of strings");
 		return NULL;
@@ -448,7 +482,10 @@ struct core_op *core_exec(struct box *b, const struct core_exec_req *r,
 	const char *cwd = r->cwd && *r->cwd ? r->cwd : NULL;
 	const char *base = box_users(b) ? user_home(r->user) : WORKSPACE;
 	char cwdbuf[4200];
-	if (!cwd) {
+	const char *iwd = json_string_value(json_object_get(box_image_config(b), "workdir"));
+	if (!cwd && iwd && !box_users(b)) {
+		cwd = iwd; /* the image's WorkingDir (kept only when it exists in it) */
+	} else if (!cwd) {
 		cwd = base;
 	} else if (cwd[0] != '/') {
 		snprintf(cwdbuf, sizeof cwdbuf, "%s/%s", base, cwd);
@@ -1332,8 +1369,46 @@ const char *core_template(const char *name)
 
 /* "image": "host", a template's name (--template), or a root filesystem
  * directory under an --allow-host-path directory. */
-static bool parse_image(struct core_err *ce, json_t *img, char **out)
+/* An image of the store: its id, and the defaults it gives (Env, User,
+ * WorkingDir when it exists in one of its layers, Entrypoint, Cmd). */
+static bool store_image(struct core_err *ce, const char *name, struct box_spec *s, int *found)
 {
+	struct images_resolved r;
+	*found = images_resolve(name, &r, ce);
+	if (*found <= 0)
+		return *found == 0;
+	json_t *c = r.config;
+	json_t *ic = json_object();
+	static const char *const keep[] = {"env", "user", "entrypoint", "cmd"};
+	for (size_t i = 0; i < sizeof keep / sizeof keep[0]; i++) {
+		json_t *v = json_object_get(c, keep[i]);
+		if (v && !json_is_null(v))
+			json_object_set(ic, keep[i], v);
+	}
+	const char *wd = json_string_value(json_object_get(c, "workdir"));
+	for (size_t i = 0; wd && wd[0] == '/' && !strstr(wd, "..") && i < r.layers.n; i++) {
+		char p[PATH_MAX + 4200];
+		struct stat st;
+		snprintf(p, sizeof p, "%s%s", r.layers.v[i], wd);
+		if (lstat(p, &st) == 0 && S_ISDIR(st.st_mode)) {
+			json_object_set_new(ic, "workdir", json_string(wd));
+			break;
+		}
+	}
+	s->image = strdup(r.name);
+	s->image_id = strdup(r.id);
+	s->image_config = ic;
+	images_resolved_free(&r);
+	if (!s->image || !s->image_id) {
+		cerr(ce, 500, "internal", "out of memory");
+		return false;
+	}
+	return true;
+}
+
+static bool parse_image(struct core_err *ce, json_t *img, struct box_spec *s)
+{
+	char **out = &s->image;
 	*out = NULL;
 	if (!img || json_is_null(img) ||
 	    (json_is_string(img) && !strcmp(json_string_value(img), "host")))
@@ -1347,11 +1422,19 @@ static bool parse_image(struct core_err *ce, json_t *img, char **out)
 		}
 		return true;
 	}
+	if (ip && ip[0] != '/') {
+		int found = 0;
+		if (!store_image(ce, ip, s, &found))
+			return false;
+		if (found)
+			return true;
+	}
 	if (!ip || ip[0] != '/') {
-		cerr(ce, 400, "invalid_request",
-		     "image must be \"host\", a template the operator registered (--template) "
-		     "or the absolute path of a root filesystem directory%s%.64s",
-		     ip ? "; no template " : "", ip ? ip : "");
+		cerr(ce, ip ? 404 : 400, ip ? "not_found" : "invalid_request",
+		     "image must be \"host\", an image of the store (moat image ls), a template the "
+		     "operator registered (--template) or the absolute path of a root filesystem "
+		     "directory%s%.200s",
+		     ip ? "; no image or template " : "", ip ? ip : "");
 		return false;
 	}
 	char *real = realpath(ip, NULL);
@@ -1399,7 +1482,7 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 		return NULL;
 	}
 	if (!jf_only_keys(ce, body, "body", keys) ||
-	    !parse_image(ce, json_object_get(body, "image"), &s.image) ||
+	    !parse_image(ce, json_object_get(body, "image"), &s) ||
 	    !jf_string_map(ce, json_object_get(body, "env"), "env", true) ||
 	    !jf_string_map(ce, json_object_get(body, "metadata"), "metadata", false) ||
 	    !parse_limits(ce, json_object_get(body, "limits"), &s) ||
@@ -1417,6 +1500,17 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	json_object_set_new(env, "LANG", json_string("C.UTF-8"));
 	json_object_set_new(env, "TERM", json_string("xterm-256color"));
 	json_object_set_new(env, "MOAT_SANDBOX", json_string("1"));
+	json_t *ienv = json_object_get(s.image_config, "env");
+	size_t ii;
+	json_t *iv;
+	json_array_foreach(ienv, ii, iv) { /* the image's Env, under the create's */
+		const char *kv = json_string_value(iv), *eq = kv ? strchr(kv, '=') : NULL;
+		if (eq && eq > kv) {
+			char k[256];
+			snprintf(k, sizeof k, "%.*s", (int)(eq - kv) < 255 ? (int)(eq - kv) : 255, kv);
+			json_object_set_new(env, k, json_string(eq + 1));
+		}
+	}
 	if (json_object_get(body, "env"))
 		json_object_update(env, json_object_get(body, "env"));
 	if (!parse_network(ce, json_object_get(body, "network"), env, &s.network))
@@ -1470,6 +1564,8 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 		cj->body = json_incref(body);
 		s.network = NULL;
 		s.image = NULL;
+		s.image_id = NULL;
+		s.image_config = NULL;
 		env = NULL;
 		cj->job = job_start(cfg->base, manifest_job, cj, on_manifest_job, op);
 		if (!cj->job) {
@@ -1497,6 +1593,8 @@ out:
 	op_free(op);
 	json_decref(s.network);
 	free(s.image);
+	free(s.image_id);
+	json_decref(s.image_config);
 	json_decref(env);
 	moat_buf_free(&entries);
 	return ret;

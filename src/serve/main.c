@@ -9,6 +9,7 @@
 #include "datadir.h"
 #include "enforce.h"
 #include "http.h"
+#include "images.h"
 #include "job.h"
 #include "mcp.h"
 #include "store.h"
@@ -58,6 +59,8 @@ static void usage(FILE *f)
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
+	      "                  [--store-max SIZE] [--layer-max SIZE] [--registry-auth FILE]\n"
+	      "                  [--registry PAT]... [--insecure-registry HOST[:PORT]]...\n"
 	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
@@ -82,6 +85,13 @@ static void usage(FILE *f)
 	      "--template NAME=ROOTFS_DIR (repeatable) names a root filesystem the E2B\n"
 	      "door's templateID NAME starts from (\"base\" is the host's system unless\n"
 	      "given; docs/e2b.md).\n"
+	      "Images (docs/API.md \"Images\"): --store-max SIZE bounds the image store\n"
+	      "(blobs + unpacked layers; a pull or import beyond it gets 507), --layer-max\n"
+	      "SIZE one layer's unpacked bytes (default 16G), --registry-auth FILE the\n"
+	      "registry credentials (docker config.json), --registry PAT (repeatable, glob)\n"
+	      "the registries a pull may contact (default: the well-known public ones and\n"
+	      "loopback), --insecure-registry HOST[:PORT] one that may be plain http\n"
+	      "(loopback ones may always be).\n"
 	      "MCP (Streamable HTTP at /mcp, docs/mcp.md): --mcp-sessions N open sessions at\n"
 	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n"
 	      "Browsers: a request with an Origin other than loopback or the --listen host\n"
@@ -195,9 +205,16 @@ int main(int argc, char **argv)
 		{"mcp-idle", required_argument, 0, 'I' + 256},
 		{"allow-origin", required_argument, 0, 'O' + 256},
 		{"allow-degraded", no_argument, 0, 'D' + 256},
+		{"store-max", required_argument, 0, 'S' + 256},
+		{"layer-max", required_argument, 0, 'L' + 256},
+		{"registry-auth", required_argument, 0, 'R' + 256},
+		{"registry", required_argument, 0, 'G' + 256},
+		{"insecure-registry", required_argument, 0, 'K' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0}, origins = {0};
+	struct moat_strv registries = {0}, insecure_regs = {0};
+	struct images_config imcfg = {0};
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
@@ -219,6 +236,32 @@ int main(int argc, char **argv)
 		switch (c) {
 		case 'l': listen = optarg; break;
 		case 'D' + 256: allow_degraded = true; break;
+		case 'S' + 256:
+		case 'L' + 256: {
+			uint64_t sz;
+			if (moat_parse_size(optarg, &sz, &e) < 0 || !sz || sz > INT64_MAX)
+				return fail(c == 'S' + 256 ? "--store-max: %s" : "--layer-max: %s",
+					    e.msg[0] ? e.msg : "a size above 0", "");
+			*(c == 'S' + 256 ? &imcfg.store_max : &imcfg.layer_max) = (int64_t)sz;
+			break;
+		}
+		case 'R' + 256:
+			if (access(optarg, R_OK) < 0)
+				return fail("--registry-auth %s: %s", optarg, strerror(errno));
+			warn_if_shared("--registry-auth", optarg);
+			imcfg.auth_file = optarg;
+			break;
+		case 'G' + 256:
+			if (!*optarg || strpbrk(optarg, "/@ "))
+				return fail("--registry %s: expected a registry HOST[:PORT] pattern "
+					    "(globs: *.example.com, host:*)", optarg, "");
+			moat_strv_add(&registries, optarg);
+			break;
+		case 'K' + 256:
+			if (!*optarg || strpbrk(optarg, "/@ "))
+				return fail("--insecure-registry %s: expected HOST[:PORT]", optarg, "");
+			moat_strv_add(&insecure_regs, optarg);
+			break;
 		case 'M' + 256:
 			if (moat_parse_uint(optarg, 100000, &mcp_sessions, &e) < 0 || !mcp_sessions)
 				return fail("--mcp-sessions: %s", e.msg[0] ? e.msg : "at least 1", "");
@@ -454,8 +497,15 @@ int main(int argc, char **argv)
 	core_init(&core);
 	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
+	imcfg.base = base;
+	imcfg.data_dir = real;
+	imcfg.registries = registries.v;
+	imcfg.insecure = insecure_regs.v;
+	if (images_init(&imcfg, &e) < 0)
+		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
+	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
 	http_set_body_limit(body_limit);
 	struct mcp_config mcp = {.base = base,
@@ -477,6 +527,7 @@ int main(int argc, char **argv)
 	mcp_shutdown();
 	http_stop();
 	job_cancel_all(); /* a clone still running for a create nobody awaits */
+	images_shutdown(); /* pulls in flight stop (their blobs are swept next start) */
 	box_shutdown();
 	gate_free(gate);
 	gate_policy_free(&ceiling);
@@ -488,6 +539,8 @@ int main(int argc, char **argv)
 	moat_strv_free(&net_allow);
 	moat_strv_free(&templates);
 	moat_strv_free(&origins);
+	moat_strv_free(&registries);
+	moat_strv_free(&insecure_regs);
 	close(cfg.agent_exe);
 	close(lock);
 	return 0;

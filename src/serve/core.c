@@ -10,6 +10,7 @@
 #include "gate/addr.h"
 #include "gate/policy.h"
 #include "image.h"
+#include "snap.h"
 #include "jfield.h"
 #include "enforce.h"
 #include "job.h"
@@ -1384,6 +1385,19 @@ static bool parse_image(struct core_err *ce, json_t *img, char **out)
 	return true;
 }
 
+/* A create from a snapshot: its sandbox's image (a root filesystem path
+ * resolved then, or the host). */
+static bool snap_image(struct core_err *ce, json_t *spec, char **out)
+{
+	const char *img = json_string_value(json_object_get(spec, "image"));
+	*out = NULL;
+	if (img && strcmp(img, "host") && !(*out = strdup(img))) {
+		cerr(ce, 500, "internal", "out of memory");
+		return false;
+	}
+	return true;
+}
+
 struct core_op *core_create(json_t *body, const struct core_create_opts *o, core_create_cb cb,
 			    void *arg, struct core_err *ce)
 {
@@ -1391,6 +1405,9 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 					   "timeout_s", "idle_timeout_s", "metadata", "network",
 					   NULL};
 	struct box_spec s = {.idle_timeout_s = 1200};
+	char *snapfs = NULL;     /* "image": a snapshot: a clone of it, moved in */
+	json_t *snapspec = NULL; /* and its sandbox's spec: the defaults */
+	int from = 0;
 	struct moat_buf entries = {0};
 	json_t *env = NULL;
 	struct core_op *op = NULL, *ret = NULL;
@@ -1398,11 +1415,15 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 		cerr(ce, 400, "invalid_request", "the body must be a JSON object");
 		return NULL;
 	}
+	json_t *img = json_object_get(body, "image");
 	if (!jf_only_keys(ce, body, "body", keys) ||
-	    !parse_image(ce, json_object_get(body, "image"), &s.image) ||
+	    (json_is_string(img) &&
+	     (from = snap_for_create(json_string_value(img), &snapfs, &snapspec, ce)) < 0) ||
+	    (from ? !snap_image(ce, snapspec, &s.image) : !parse_image(ce, img, &s.image)) ||
 	    !jf_string_map(ce, json_object_get(body, "env"), "env", true) ||
 	    !jf_string_map(ce, json_object_get(body, "metadata"), "metadata", false) ||
-	    !parse_limits(ce, json_object_get(body, "limits"), &s) ||
+	    !parse_limits(ce, json_object_get(body, "limits") ?: json_object_get(snapspec, "limits"),
+			  &s) ||
 	    !jf_int(ce, body, "timeout_s", 10LL * 365 * 86400, &s.timeout_s) ||
 	    !jf_int(ce, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s))
 		goto out;
@@ -1417,8 +1438,16 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	json_object_set_new(env, "LANG", json_string("C.UTF-8"));
 	json_object_set_new(env, "TERM", json_string("xterm-256color"));
 	json_object_set_new(env, "MOAT_SANDBOX", json_string("1"));
+	if (from) /* the snapshot's sandbox's environment, then the create's */
+		json_object_update(env, json_object_get(snapspec, "env"));
 	if (json_object_get(body, "env"))
 		json_object_update(env, json_object_get(body, "env"));
+	s.fs_from = snapfs;
+	if (from && s.disk) {
+		cerr(ce, 400, "invalid_request",
+		     "limits.disk: a sandbox made from a snapshot keeps its workspace on disk");
+		goto out;
+	}
 	if (!parse_network(ce, json_object_get(body, "network"), env, &s.network))
 		goto out;
 	json_t *m = json_object_get(body, "manifest");
@@ -1442,6 +1471,11 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 			cerr(ce, 500, "internal", "out of memory");
 			goto out;
 		}
+	}
+	if (from && m && !json_is_null(m) && manifest_is_slow(m)) {
+		cerr(ce, 400, "invalid_request",
+		     "manifest: a git_repo entry cannot go into a sandbox made from a snapshot");
+		goto out;
 	}
 	if (m && !json_is_null(m) && manifest_is_slow(m)) {
 		/* a clone may take minutes: off the event loop, a few at a time,
@@ -1495,6 +1529,9 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	}
 out:
 	op_free(op);
+	snap_drop_fs(snapfs); /* moved in by the create, or of no use */
+	free(snapfs);
+	json_decref(snapspec);
 	json_decref(s.network);
 	free(s.image);
 	json_decref(env);

@@ -48,6 +48,22 @@ static int open_real_dir(int dirfd, const char *name)
 	return openat(dirfd, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 }
 
+/* The btrfs ioctls take a last component in a directory: the directory
+ * of path (relative to dirfd) opened, *base its last component. */
+static int open_parent(int dirfd, const char *path, const char **base)
+{
+	const char *sl = strrchr(path, '/');
+	*base = sl ? sl + 1 : path;
+	if (!sl)
+		return open_real_dir(dirfd, ".");
+	char *par = strndup(path, (size_t)(sl - path));
+	if (!par)
+		return -1;
+	int fd = open_real_dir(dirfd, par[0] ? par : "/");
+	free(par);
+	return fd;
+}
+
 static bool is_subvol(int fd)
 {
 	struct statfs sf;
@@ -58,9 +74,10 @@ static bool is_subvol(int fd)
 
 /* ---- btrfs ---------------------------------------------------------------- */
 
-static int btrfs_mkdir(int dirfd, const char *name, mode_t mode, struct moat_err *e)
+static int btrfs_mkdir(int dirfd, const char *path, mode_t mode, struct moat_err *e)
 {
-	_cleanup_close_ int d = open_real_dir(dirfd, ".");
+	const char *name;
+	_cleanup_close_ int d = open_parent(dirfd, path, &name);
 	struct btrfs_ioctl_vol_args a = {0};
 	if (strlen(name) >= sizeof a.name)
 		return moat_err_set(e, MOAT_E_USAGE, ENAMETOOLONG, "subvolume %s", name);
@@ -79,7 +96,8 @@ static int btrfs_snap(int sdirfd, const char *src, int ddirfd, const char *dst, 
 		      struct moat_err *e)
 {
 	_cleanup_close_ int s = open_real_dir(sdirfd, src);
-	_cleanup_close_ int d = open_real_dir(ddirfd, ".");
+	const char *dpath = dst;
+	_cleanup_close_ int d = open_parent(ddirfd, dpath, &dst);
 	if (s < 0 || d < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "snapshot of %s", src);
 	if (!is_subvol(s))
@@ -93,9 +111,10 @@ static int btrfs_snap(int sdirfd, const char *src, int ddirfd, const char *dst, 
 	return 0;
 }
 
-static int btrfs_destroy(int dirfd, const char *name, int subfd)
+static int btrfs_destroy(int dirfd, const char *path, int subfd)
 {
-	_cleanup_close_ int d = open_real_dir(dirfd, ".");
+	const char *name;
+	_cleanup_close_ int d = open_parent(dirfd, path, &name);
 	if (d < 0)
 		return -1;
 	struct btrfs_ioctl_vol_args_v2 a = {0};
@@ -339,7 +358,12 @@ static int copy_entry(struct copy *c, const struct moat_walk_ent *en)
 				close(d);
 			return moat_err_set(e, MOAT_E_SYSTEM, errno ? errno : ENOMEM, "%s", en->path);
 		}
-		if (skipped(c, en)) { /* made empty, with its mode (work/ of an overlay) */
+		/* made empty, with its mode: work/ of an overlay; a directory
+		 * we may not read (a mode-000 placeholder of the engine's,
+		 * unprivileged: entering it would need a chmod of the sandbox's
+		 * own files) */
+		if (skipped(c, en) ||
+		    (geteuid() != 0 && (st->st_mode & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR))) {
 			c->stk[en->depth] = -1;
 			int rc = set_attrs(d, st, en->path, e);
 			close(d);
@@ -381,8 +405,11 @@ static int copy_entry(struct copy *c, const struct moat_walk_ent *en)
 static int copy_cb(enum moat_walk_event ev, const struct moat_walk_ent *en, void *arg)
 {
 	struct copy *c = arg;
-	if (ev == MOAT_WALK_ENTRY)
+	if (ev == MOAT_WALK_ENTRY) {
+		if (!S_ISREG(en->st->st_mode) || en->st->st_nlink < 2 || !hlink_find(c, en->st))
+			c->bytes += (int64_t)en->st->st_blocks * 512;
 		return copy_entry(c, en);
+	}
 	/* a directory's contents are in: its xattrs, owner, mode and times */
 	int d = c->stk[en->depth];
 	c->stk[en->depth] = -1;
@@ -398,7 +425,7 @@ static int copy_cb(enum moat_walk_event ev, const struct moat_walk_ent *en, void
 }
 
 static int tree_copy(enum moat_fsclone b, int sdirfd, const char *src, int ddirfd,
-		     const char *dst, const char *const *skip, struct moat_err *e)
+		     const char *dst, const char *const *skip, int64_t *size, struct moat_err *e)
 {
 	_cleanup_close_ int s = open_real_dir(sdirfd, src);
 	struct stat st;
@@ -409,7 +436,8 @@ static int tree_copy(enum moat_fsclone b, int sdirfd, const char *src, int ddirf
 	int d = open_real_dir(ddirfd, dst);
 	if (d < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "open %s", dst);
-	struct copy c = {.b = b, .dev = st.st_dev, .skip = skip, .e = e};
+	struct copy c = {.b = b, .dev = st.st_dev, .skip = skip, .e = e,
+			 .bytes = (int64_t)st.st_blocks * 512};
 	int rc = push_dir(&c, 0, d);
 	if (rc < 0) {
 		close(d);
@@ -421,6 +449,8 @@ static int tree_copy(enum moat_fsclone b, int sdirfd, const char *src, int ddirf
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "walk of %s", src);
 	if (rc == 0)
 		rc = copy_xattrs(s, d, src, e) < 0 || set_attrs(d, &st, src, e) < 0 ? -1 : 0;
+	if (size)
+		*size = c.bytes;
 	for (size_t i = 0; i < c.nstk; i++)
 		if (c.stk[i] >= 0)
 			close(c.stk[i]);
@@ -462,10 +492,12 @@ static int empty_skipped(int ddirfd, const char *dst, const char *const *skip, s
 }
 
 int moat_fsclone_clone(enum moat_fsclone b, int sdirfd, const char *src, int ddirfd,
-		       const char *dst, bool readonly, const char *const *skip,
+		       const char *dst, bool readonly, const char *const *skip, int64_t *size,
 		       struct moat_err *e)
 {
 	int rc;
+	if (size)
+		*size = -1;
 	if (b == MOAT_FSCLONE_BTRFS) {
 		rc = btrfs_snap(sdirfd, src, ddirfd, dst, readonly, e);
 		if (rc == 0 && !readonly)
@@ -474,7 +506,7 @@ int moat_fsclone_clone(enum moat_fsclone b, int sdirfd, const char *src, int ddi
 			moat_fsclone_remove(ddirfd, dst);
 		return rc;
 	}
-	rc = tree_copy(b, sdirfd, src, ddirfd, dst, skip, e);
+	rc = tree_copy(b, sdirfd, src, ddirfd, dst, skip, size, e);
 	if (rc < 0 && e->errnum != EEXIST) {
 		int err = e->errnum;
 		moat_fsclone_remove(ddirfd, dst);

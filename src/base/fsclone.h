@@ -45,10 +45,13 @@ int moat_fsclone_mkdir(enum moat_fsclone b, int dirfd, const char *name, mode_t 
  * to dst (in ddirfd, must not exist, same filesystem for btrfs and
  * reflink). readonly: a frozen copy (btrfs: a read-only snapshot; else a
  * plain tree). skip: names directly under src not copied but made empty
- * with src's mode (an overlay's work/), NULL-terminated, or NULL. On
+ * with src's mode (an overlay's work/), NULL-terminated, or NULL; a
+ * read-only btrfs snapshot keeps them, a writable one empties them.
+ * size (may be NULL): the bytes copied (a tree walk), or -1 (btrfs: ask
+ * moat_fsclone_size). On
  * failure nothing of dst is left. ENOSPC and EDQUOT keep their errno. */
 int moat_fsclone_clone(enum moat_fsclone b, int sdirfd, const char *src, int ddirfd,
-		       const char *dst, bool readonly, const char *const *skip,
+		       const char *dst, bool readonly, const char *const *skip, int64_t *size,
 		       struct moat_err *e);
 /* Remove `name` in dirfd, whatever made it: a subvolume (writable or
  * read-only) is destroyed, a directory holding subvolumes one level down

@@ -359,7 +359,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 	}
 	hold(b, true);
 	int rc = moat_fsclone_clone(backend, AT_FDCWD, box_fs(b), AT_FDCWD, tmpfs, true, skip_work,
-				    &me);
+				    &r.size, &me);
 	hold(b, false);
 	if (rc < 0) {
 		moat_fsclone_remove(AT_FDCWD, tmp);
@@ -369,9 +369,12 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		return NULL;
 	}
 	crash_point("snapshot-captured");
-	r.size = moat_fsclone_size(AT_FDCWD, tmpfs);
 	if (r.size < 0)
+		r.size = moat_fsclone_size(AT_FDCWD, tmpfs);
+	if (r.size < 0) {
+		fprintf(stderr, "moat serve: size of %s: %s\n", tmpfs, strerror(errno));
 		r.size = 0;
+	}
 	if (store_max && (uint64_t)(used + r.size) > store_max) {
 		moat_fsclone_remove(AT_FDCWD, tmp);
 		cerr(e, 507, "insufficient_storage",
@@ -472,7 +475,8 @@ int snap_delete(const char *ref, struct core_err *e)
 static int clone_to(const char *src, const char *dst, struct core_err *e)
 {
 	struct moat_err me = {0};
-	if (moat_fsclone_clone(backend, AT_FDCWD, src, AT_FDCWD, dst, false, skip_work, &me) < 0) {
+	if (moat_fsclone_clone(backend, AT_FDCWD, src, AT_FDCWD, dst, false, skip_work, NULL,
+			       &me) < 0) {
 		storage_err(e, me.errnum, "a copy of the files", me.msg);
 		return -1;
 	}

@@ -3,6 +3,7 @@
  * `struct pend` until the core answers or the client goes away. */
 #define _GNU_SOURCE
 #include "api.h"
+#include "api_snap.h"
 
 #include "attach.h"
 #include "box.h"
@@ -670,6 +671,10 @@ void api_route(struct evhttp_request *req)
 		api_images_route(req, conf->base, seg, n);
 		return;
 	}
+	if (n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "snapshots")) {
+		api_snap_route(req, seg, n);
+		return;
+	}
 	if (n < 2 || strcmp(seg[0], "v1") || strcmp(seg[1], "sandboxes")) {
 		http_error(req, 404, "not_found", "no such route: %.200s", path);
 		return;
@@ -701,6 +706,8 @@ void api_route(struct evhttp_request *req)
 		return;
 	}
 	const char *what = seg[3];
+	if (api_snap_box_route(req, b, what, n))
+		return;
 	if (!strcmp(what, "exec") && n == 4)
 		m == EVHTTP_REQ_POST ? h_exec(req, b) : not_allowed(req);
 	else if (!strcmp(what, "processes") && n == 4)

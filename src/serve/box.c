@@ -7,6 +7,7 @@
 #include "../base/cleanup.h"
 #include "../base/dnsd.h"
 #include "../base/fdpass.h"
+#include "../base/fsclone.h"
 #include "../base/own.h"
 #include "../base/util.h"
 #include "../proto/frame.h"
@@ -51,6 +52,7 @@ struct call {
 struct box {
 	char id[24];
 	char dir[64];        /* relative to the data dir: sandboxes/<id> */
+	char fs[72];         /* <dir>/fs: its writable state (box_fs) */
 	json_t *spec;        /* what the store keeps: env, metadata, image, limits, timeouts */
 	int64_t created_at;  /* unix seconds */
 	pid_t pid;
@@ -73,6 +75,7 @@ struct box {
 	struct event *dnsev;
 	bool creating;       /* its row says "creating": the engine has not finished */
 	struct spawning *sp; /* while being created off the event loop */
+	bool respawning;     /* box_respawn: a failed spawn keeps the box */
 };
 
 /* A create in flight: what the engine needs until moat_jail_spawn_finish. */
@@ -106,6 +109,13 @@ static size_t nspawns, npool_spawns;
 /* MOAT_TEST_CRASH_AT=<step>: SIGKILL ourselves at that step of a create
  * (tests/e2e/test_orphans.py; docs/ARCHITECTURE.md lists the steps). */
 static const char *crash_at;
+/* How fs/ directories are made (a btrfs subvolume, else a directory). */
+static enum moat_fsclone fsclone = MOAT_FSCLONE_COPY;
+
+void box_set_fsclone(int backend)
+{
+	fsclone = (enum moat_fsclone)backend;
+}
 
 static void crash_point(const char *step)
 {
@@ -183,6 +193,32 @@ const char *box_dir(const struct box *b)
 bool box_running(const struct box *b)
 {
 	return b->running;
+}
+
+const char *box_fs(const struct box *b)
+{
+	return b->fs;
+}
+
+const json_t *box_spec_json(const struct box *b)
+{
+	return b->spec;
+}
+
+bool box_workspace_tmpfs(const struct box *b)
+{
+	return json_integer_value(json_object_get(json_object_get(b->spec, "limits"), "disk")) > 0;
+}
+
+const struct moat_strv *box_cgroups(const struct box *b)
+{
+	return &b->cgroups;
+}
+
+/* A sandbox's directory and everything in it, fs/ subvolume included. */
+static int rm_box_dir(const char *dir)
+{
+	return moat_fsclone_remove(AT_FDCWD, dir);
 }
 
 const json_t *box_metadata(const struct box *b)
@@ -648,7 +684,38 @@ static json_t *spec_json(const struct box_spec *s)
 	}
 	if (s->door && s->door_data)
 		json_object_set_new(o, "door", json_pack("{s:O}", s->door, s->door_data));
+	if (s->repos) /* protected again by a respawn */
+		json_object_set(o, "repos", s->repos);
 	return o;
+}
+
+/* The spec a stored record describes (box_respawn); borrows from j. */
+void box_spec_from_json(const json_t *j, struct box_spec *s)
+{
+	*s = (struct box_spec){0};
+	json_t *lim = json_object_get(j, "limits");
+	s->env = json_object_get(j, "env");
+	s->metadata = json_object_get(j, "metadata");
+	const char *img = json_string_value(json_object_get(j, "image"));
+	s->image = img && strcmp(img, "host") ? (char *)img : NULL;
+	s->memory = (uint64_t)json_integer_value(json_object_get(lim, "memory"));
+	s->pids = (uint64_t)json_integer_value(json_object_get(lim, "pids"));
+	json_t *c = json_object_get(lim, "cpus");
+	s->cpu_milli = c ? (uint64_t)(json_number_value(c) * 1000 + 0.5) : 0;
+	s->disk = (uint64_t)json_integer_value(json_object_get(lim, "disk"));
+	json_t *q = json_object_get(lim, "quotas");
+	for (int i = 0; i < MOAT_QUOTAS; i++) {
+		json_t *v = json_object_get(q, moat_quota_info[i].name);
+		if (v) {
+			s->quota_set |= 1u << i;
+			s->quotas[i] = json_integer_value(v);
+		}
+	}
+	s->timeout_s = json_integer_value(json_object_get(j, "timeout_s"));
+	s->idle_timeout_s = json_integer_value(json_object_get(j, "idle_timeout_s"));
+	s->network = json_object_get(j, "network");
+	s->users = json_is_true(json_object_get(j, "users"));
+	s->repos = json_object_get(j, "repos");
 }
 
 /* ---- users mode's host id slots ------------------------------------------
@@ -992,9 +1059,11 @@ static void spawn_abandon(struct box *b)
 			waitpid(b->pid, NULL, 0);
 		moat_cgroup_remove(&b->cgroups);
 	}
-	moat_rm_tree(b->dir);
-	store_del(b->id);
-	box_free(b);
+	if (!b->respawning) {
+		rm_box_dir(b->dir);
+		store_del(b->id);
+		box_free(b);
+	}
 }
 
 /* The engine's last call before the child runs: record it. */
@@ -1013,19 +1082,38 @@ static int record_creating(void *arg, struct moat_jail *j, struct moat_err *e)
 	return 0;
 }
 
+/* sandboxes/<id>/fs: a fresh one (a subvolume on btrfs), with workspace/
+ * in it (a seed renamed in), or fs_from (a snapshot's clone) renamed in. */
+static int make_fs(struct box *b, const struct box_spec *spec, const char *ws,
+		   struct moat_err *e)
+{
+	/* sandboxes/<id> 0700 keeps every host user out; the workspace in it
+	 * is 0755 as the sandbox always saw it (the umask is 077); a seed
+	 * (the manifest's clones) was made 0755 and is renamed in */
+	if (mkdir(b->dir, 0700) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
+	if (spec->fs_from) {
+		if (rename(spec->fs_from, b->fs) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->fs);
+		return 0;
+	}
+	if (moat_fsclone_mkdir(fsclone, AT_FDCWD, b->fs, 0700, e) < 0)
+		return moat_err_prefix(e, "sandbox directory");
+	if ((spec->seed ? rename(spec->seed, ws) : mkdir(ws, 0700) < 0 ? -1 : chmod(ws, 0755)) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", ws);
+	return 0;
+}
+
+static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_err *e);
+
 /* Start a sandbox (not registered yet); its set-up goes on in the child. */
 static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct moat_err *e)
 {
 	struct box *b = calloc(1, sizeof *b);
-	struct spawning *sp = b ? calloc(1, sizeof *sp) : NULL;
-	if (!sp) {
-		free(b);
+	if (!b) {
 		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sandbox");
 		return NULL;
 	}
-	b->sp = sp;
-	sp->lfd = -1;
-	moat_policy_init(&sp->p);
 	b->pidfd = -1;
 	b->pid = -1;
 	random_id(b->id, 16);
@@ -1034,24 +1122,46 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	b->pooled = pooled;
 	b->created_at = (int64_t)time(NULL);
 	b->last_active = now_ms();
+	return spawn_into(b, spec, e) < 0 ? NULL : b;
+}
+
+/* The engine's start for b (a new one, or box_respawn's: then its
+ * directory and fs/ are there). -1: abandoned (a respawn's box stays). */
+static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_err *e)
+{
+	struct spawning *sp = calloc(1, sizeof *sp);
+	if (!sp) {
+		moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sandbox");
+		if (!b->respawning)
+			box_free(b);
+		return -1;
+	}
+	b->sp = sp;
+	sp->lfd = -1;
+	moat_policy_init(&sp->p);
+	snprintf(b->fs, sizeof b->fs, "%s/fs", b->dir);
 
 	struct moat_policy *p = &sp->p;
-	char cwd[PATH_MAX], ws[PATH_MAX + 96];
+	char cwd[PATH_MAX], ws[PATH_MAX + 96], fsdir[PATH_MAX + 96];
 	if (!getcwd(cwd, sizeof cwd)) {
 		moat_err_set(e, MOAT_E_SYSTEM, errno, "getcwd");
 		goto fail;
 	}
-	snprintf(ws, sizeof ws, "%s/%s/workspace", cwd, b->dir);
-	if (spec->seed && spec->disk) { /* refused by the API already */
+	snprintf(fsdir, sizeof fsdir, "%s/%s", cwd, b->fs);
+	snprintf(ws, sizeof ws, "%s/workspace", fsdir);
+	if ((spec->seed || spec->fs_from) && spec->disk) { /* refused by the API already */
 		moat_err_set(e, MOAT_E_USAGE, 0, "a seeded workspace with a disk limit");
 		goto fail;
 	}
-	/* sandboxes/<id> 0700 keeps every host user out; the workspace in it
-	 * is 0755 as the sandbox always saw it (the umask is 077); a seed
-	 * (the manifest's clones) was made 0755 and is renamed in */
-	if (mkdir(b->dir, 0700) < 0 ||
-	    (spec->seed ? rename(spec->seed, ws) : mkdir(ws, 0700) < 0 ? -1 : chmod(ws, 0755)) < 0) {
-		moat_err_set(e, MOAT_E_SYSTEM, errno, "sandbox directory %s", b->dir);
+	if (b->respawning) {
+		/* the previous agent's socket is in the way of the new one's */
+		char sock[96];
+		snprintf(sock, sizeof sock, "%s/ctl.sock", b->dir);
+		if (unlink(sock) < 0 && errno != ENOENT) {
+			moat_err_set(e, MOAT_E_SYSTEM, errno, "%s", sock);
+			goto fail;
+		}
+	} else if (make_fs(b, spec, ws, e) < 0) {
 		goto fail;
 	}
 	crash_point("dir");
@@ -1076,6 +1186,10 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	} else if (spec->image && strcmp(spec->image, "host") != 0) {
 		p->rootfs = strdup(spec->image);
 		p->rootfs_size = spec->disk;
+		/* the image root's changes on disk, in fs/ (upper/, work/): a
+		 * snapshot keeps them */
+		if (!spec->disk)
+			p->rootfs_upper = strdup(fsdir);
 	}
 	if (spec->disk) {
 		/* the workspace is memory then: its bytes count against the
@@ -1091,7 +1205,11 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	if (spec->users) { /* root and user: docs/SECURITY.md "Users mode" */
 		home = USERS_HOME;
 		p->users = true;
-		if (geteuid() == 0) {
+		json_t *ib = json_object_get(b->spec, "idbase");
+		if (geteuid() == 0 && ib) {
+			/* a respawn keeps its range: its files are owned by it */
+			p->users_slot = (int)((json_integer_value(ib) - (json_int_t)MOAT_USERS_BAND) / 65536);
+		} else if (geteuid() == 0) {
 			if ((p->users_slot = users_slot()) < 0) {
 				moat_err_set(e, MOAT_E_USAGE, EAGAIN, "every users-mode id slot is in use");
 				goto fail;
@@ -1137,11 +1255,11 @@ static struct box *spawn_start(const struct box_spec *spec, bool pooled, struct 
 	close(sp->lfd);
 	sp->lfd = -1;
 	crash_point("go");
-	return b;
+	return 0;
 
 fail:
 	spawn_abandon(b);
-	return NULL;
+	return -1;
 }
 
 /* The engine's error pipe is readable: complete the create. On failure
@@ -1281,6 +1399,7 @@ static bool poolable(const struct box_spec *s)
 		if (quota_of(s, i) != cfg.quotas[i])
 			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
+	       !s->fs_from &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 
@@ -1453,7 +1572,7 @@ static void destroy(struct box *b, bool defer_free)
 			waitpid(b->pid, NULL, 0);
 	}
 	moat_cgroup_remove(&b->cgroups);
-	if (moat_rm_tree(b->dir) < 0) /* said: the store forgets it next */
+	if (rm_box_dir(b->dir) < 0) /* said: the store forgets it next */
 		fprintf(stderr, "moat serve: %s: could not remove all of %s: %s\n", b->id, b->dir,
 			strerror(errno));
 	store_del(b->id);
@@ -1461,6 +1580,93 @@ static void destroy(struct box *b, bool defer_free)
 	struct timeval now = {0, 0};
 	if (!defer_free || event_base_once(evbase, -1, EV_TIMEOUT, free_later, b, &now) < 0)
 		box_free(b);
+}
+
+/* ---- stop and respawn ----------------------------------------------------- */
+
+void box_stop(struct box *b)
+{
+	drop_conn(b);
+	if (b->pidev) {
+		event_free(b->pidev);
+		b->pidev = NULL;
+	}
+	if (b->pid > 0 && b->pidfd >= 0) {
+		syscall(SYS_pidfd_send_signal, b->pidfd, SIGKILL, NULL, 0);
+		struct pollfd pf = {.fd = b->pidfd, .events = POLLIN};
+		while (poll(&pf, 1, 10000) < 0 && errno == EINTR)
+			;
+	}
+	if (b->child)
+		while (waitpid(b->pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	b->child = false;
+	if (b->pidfd >= 0)
+		close(b->pidfd);
+	b->pidfd = -1;
+	moat_cgroup_remove(&b->cgroups);
+	moat_strv_free(&b->cgroups);
+	/* its listeners died with it: a respawn makes new ones */
+	if (b->dnsev)
+		event_free(b->dnsev);
+	b->dnsev = NULL;
+	moat_dnsd_free(b->dns);
+	b->dns = NULL;
+	gate_box_free(b->gbox);
+	b->gbox = NULL;
+	b->running = false;
+	b->pid = -1;
+	struct moat_err e = {0};
+	if (save(b, &e) < 0)
+		fprintf(stderr, "moat serve: %s: %s\n", b->id, e.msg);
+}
+
+/* fs_from takes the place of b's fs/ (one rename, RENAME_EXCHANGE), and
+ * the old one, now at fs_from, goes. */
+static int swap_fs(struct box *b, const char *fs_from, struct moat_err *e)
+{
+	if (renameat2(AT_FDCWD, fs_from, AT_FDCWD, b->fs, RENAME_EXCHANGE) < 0) {
+		if (errno != ENOENT || rename(fs_from, b->fs) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "swap %s for %s", fs_from, b->fs);
+		return 0;
+	}
+	if (moat_fsclone_remove(AT_FDCWD, fs_from) < 0)
+		fprintf(stderr, "moat serve: %s: could not remove its previous %s: %s\n", b->id,
+			fs_from, strerror(errno));
+	return 0;
+}
+
+int box_respawn(struct box *b, const char *fs_from, struct moat_err *e)
+{
+	if (b->sp || b->deleted || b->pooled)
+		return moat_err_set(e, MOAT_E_USAGE, EBUSY, "sandbox %s is being created", b->id);
+	struct box_spec spec;
+	box_spec_from_json(b->spec, &spec);
+	box_stop(b);
+	snprintf(b->fs, sizeof b->fs, "%s/fs", b->dir);
+	if (fs_from && swap_fs(b, fs_from, e) < 0)
+		return -1;
+	crash_point("respawn-swapped");
+	b->respawning = true;
+	int rc = spawn_into(b, &spec, e);
+	if (rc == 0) {
+		struct pollfd pf = {.fd = moat_jail_spawn_fd(b->sp->j), .events = POLLIN};
+		while (poll(&pf, 1, -1) < 0 && errno == EINTR)
+			;
+		if ((rc = spawn_end(b, e)) < 0)
+			spawn_abandon(b);
+	}
+	b->respawning = false;
+	b->creating = false;
+	if (rc < 0) {
+		b->running = false;
+		b->pid = -1;
+		struct moat_err se = {0};
+		save(b, &se);
+		return moat_err_prefix(e, "restart of sandbox %s", b->id);
+	}
+	b->last_active = now_ms();
+	return 0;
 }
 
 /* ---- restart ------------------------------------------------------------ */
@@ -1496,6 +1702,24 @@ static bool agent_answers(const struct box *b)
 	return moat_frame_parse(rh, &jl, &dl) == 0;
 }
 
+/* A sandbox's directory as a restarted daemon finds it: a restore's clone
+ * left by a killed daemon goes; one made before fs/ existed has its
+ * workspace moved into a new fs/ (its running sandbox is unaffected: its
+ * mount holds the directory, not the path). */
+static void adopt_fs(struct box *b)
+{
+	char p[128], ws[128], nws[128];
+	snprintf(p, sizeof p, "%s/fs.new", b->dir);
+	moat_fsclone_remove(AT_FDCWD, p);
+	snprintf(ws, sizeof ws, "%s/workspace", b->dir);
+	snprintf(nws, sizeof nws, "%s/workspace", b->fs);
+	struct stat st;
+	if (lstat(b->fs, &st) < 0 && errno == ENOENT && lstat(ws, &st) == 0 && S_ISDIR(st.st_mode) &&
+	    (mkdir(b->fs, 0700) < 0 || rename(ws, nws) < 0))
+		fprintf(stderr, "moat serve: %s: cannot move its workspace into %s: %s\n", b->id,
+			b->fs, strerror(errno));
+}
+
 struct restore_ctx {
 	struct moat_strv ids; /* every id the store names: their directories stay */
 	bool unsafe;          /* a row without a usable id: sweep no directory */
@@ -1529,6 +1753,8 @@ static void restore_one(void *arg, const struct store_row *r)
 	}
 	snprintf(b->id, sizeof b->id, "%s", r->id);
 	snprintf(b->dir, sizeof b->dir, "sandboxes/%s", b->id);
+	snprintf(b->fs, sizeof b->fs, "%s/fs", b->dir);
+	adopt_fs(b);
 	b->spec = spec;
 	b->created_at = r->created_at;
 	b->pid = r->pid;
@@ -1629,7 +1855,7 @@ static void sweep_dirs(const struct restore_ctx *rc)
 			continue;
 		fprintf(stderr, "moat serve: %s has no record; removed\n", path);
 		if (S_ISDIR(st.st_mode))
-			moat_rm_tree(path);
+			rm_box_dir(path);
 		else
 			unlinkat(dirfd(d), de->d_name, 0);
 	}

@@ -52,6 +52,8 @@ struct box_spec {
 			     * with "placeholders": {NAME: placeholder}, or NULL */
 	const char *seed;   /* a directory (relative to the data dir) that becomes the
 			     * workspace (moved in: the manifest's clones), or NULL */
+	const char *fs_from; /* a directory (relative to the data dir) that becomes the
+			      * sandbox's fs/ (moved in: a clone of a snapshot), or NULL */
 	json_t *repos;      /* the repositories in it (relative paths), protected as
 			     * nested ones whatever their depth, or NULL */
 	bool users;         /* a computer with users (core_create_opts.users) */
@@ -115,6 +117,34 @@ bool box_users(const struct box *b);
 void box_limits(const struct box *b, uint64_t *memory, uint64_t *disk, uint64_t *cpu_milli);
 /* Usage from its cgroups: cpu time (usec), memory in use (bytes); -1 unknown. */
 void box_usage(const struct box *b, int64_t *cpu_usec, int64_t *mem_bytes);
+
+/* Its writable state, relative to the data directory: <dir>/fs, holding
+ * workspace/ (shown at /workspace) and, for an image sandbox, upper/ and
+ * work/ (the image root's changes: policy.rootfs_upper). */
+const char *box_fs(const struct box *b);
+/* Its stored spec (the record's JSON: env, limits, image, ...). */
+const json_t *box_spec_json(const struct box *b);
+/* A sandbox keeping its workspace in memory (limits.disk). */
+bool box_workspace_tmpfs(const struct box *b);
+/* The sandbox's cgroup directories (for the freezer). */
+const struct moat_strv *box_cgroups(const struct box *b);
+
+/* Stop it: pid 1 killed (the kernel kills the rest), waited for, cgroups
+ * removed, its agent channel closed (pending calls fail); state
+ * "stopped". Its id, record and fs/ stay. */
+void box_stop(struct box *b);
+/* Start it again with the same id, spec and network, from fs_from (a
+ * directory relative to the data dir: swapped in for its fs/ atomically,
+ * the old fs/ removed) or, NULL, its current fs/. Stops it first when it
+ * runs. Synchronous (the set-up, a few ms). On failure the sandbox is
+ * stopped (its fs/ already swapped when the swap succeeded) and e says
+ * why. Used by restore and by hibernation (pause "release"). */
+int box_respawn(struct box *b, const char *fs_from, struct moat_err *e);
+/* The spec a stored record (box_spec_json) describes, borrowing from it
+ * (no seed, door or fs_from). */
+void box_spec_from_json(const json_t *j, struct box_spec *s);
+/* The fs/ backend chosen at start (src/base/fsclone.h). */
+void box_set_fsclone(int backend);
 
 /* Call the agent. cb gets the reply object (borrowed) and its data, or
  * reply == NULL when the sandbox went away first; cb may be NULL (no

@@ -11,6 +11,7 @@
 #include "gate/policy.h"
 #include "image.h"
 #include "images.h"
+#include "snap.h"
 #include "jfield.h"
 #include "enforce.h"
 #include "job.h"
@@ -1467,6 +1468,30 @@ static bool parse_image(struct core_err *ce, json_t *img, struct box_spec *s)
 	return true;
 }
 
+/* A create from a snapshot: its sandbox's image (a root filesystem path
+ * resolved then, or the host). */
+static bool snap_image(struct core_err *ce, json_t *spec, struct box_spec *s)
+{
+	const char *img = json_string_value(json_object_get(spec, "image"));
+	const char *iid = json_string_value(json_object_get(spec, "image_id"));
+	char **out = &s->image;
+	*out = NULL;
+	if (iid) { /* an image of the store: the same layers, whatever tags do */
+		int found = 0;
+		if (!store_image(ce, iid, s, &found))
+			return false;
+		if (!found)
+			cerr(ce, 409, "conflict", "the snapshot's image %.80s is no longer in the store",
+			     iid);
+		return found;
+	}
+	if (img && strcmp(img, "host") && !(*out = strdup(img))) {
+		cerr(ce, 500, "internal", "out of memory");
+		return false;
+	}
+	return true;
+}
+
 struct core_op *core_create(json_t *body, const struct core_create_opts *o, core_create_cb cb,
 			    void *arg, struct core_err *ce)
 {
@@ -1474,6 +1499,9 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 					   "timeout_s", "idle_timeout_s", "metadata", "network",
 					   NULL};
 	struct box_spec s = {.idle_timeout_s = 1200};
+	char *snapfs = NULL;     /* "image": a snapshot: a clone of it, moved in */
+	json_t *snapspec = NULL; /* and its sandbox's spec: the defaults */
+	int from = 0;
 	struct moat_buf entries = {0};
 	json_t *env = NULL;
 	struct core_op *op = NULL, *ret = NULL;
@@ -1481,11 +1509,15 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 		cerr(ce, 400, "invalid_request", "the body must be a JSON object");
 		return NULL;
 	}
+	json_t *img = json_object_get(body, "image");
 	if (!jf_only_keys(ce, body, "body", keys) ||
-	    !parse_image(ce, json_object_get(body, "image"), &s) ||
+	    (json_is_string(img) &&
+	     (from = snap_for_create(json_string_value(img), &snapfs, &snapspec, ce)) < 0) ||
+	    (from ? !snap_image(ce, snapspec, &s) : !parse_image(ce, img, &s)) ||
 	    !jf_string_map(ce, json_object_get(body, "env"), "env", true) ||
 	    !jf_string_map(ce, json_object_get(body, "metadata"), "metadata", false) ||
-	    !parse_limits(ce, json_object_get(body, "limits"), &s) ||
+	    !parse_limits(ce, json_object_get(body, "limits") ?: json_object_get(snapspec, "limits"),
+			  &s) ||
 	    !jf_int(ce, body, "timeout_s", 10LL * 365 * 86400, &s.timeout_s) ||
 	    !jf_int(ce, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s))
 		goto out;
@@ -1511,8 +1543,16 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 			json_object_set_new(env, k, json_string(eq + 1));
 		}
 	}
+	if (from) /* the snapshot's sandbox's environment, then the create's */
+		json_object_update(env, json_object_get(snapspec, "env"));
 	if (json_object_get(body, "env"))
 		json_object_update(env, json_object_get(body, "env"));
+	s.fs_from = snapfs;
+	if (from && s.disk) {
+		cerr(ce, 400, "invalid_request",
+		     "limits.disk: a sandbox made from a snapshot keeps its workspace on disk");
+		goto out;
+	}
 	if (!parse_network(ce, json_object_get(body, "network"), env, &s.network))
 		goto out;
 	json_t *m = json_object_get(body, "manifest");
@@ -1536,6 +1576,11 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 			cerr(ce, 500, "internal", "out of memory");
 			goto out;
 		}
+	}
+	if (from && m && !json_is_null(m) && manifest_is_slow(m)) {
+		cerr(ce, 400, "invalid_request",
+		     "manifest: a git_repo entry cannot go into a sandbox made from a snapshot");
+		goto out;
 	}
 	if (m && !json_is_null(m) && manifest_is_slow(m)) {
 		/* a clone may take minutes: off the event loop, a few at a time,
@@ -1591,6 +1636,9 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	}
 out:
 	op_free(op);
+	snap_drop_fs(snapfs); /* moved in by the create, or of no use */
+	free(snapfs);
+	json_decref(snapspec);
 	json_decref(s.network);
 	free(s.image);
 	free(s.image_id);

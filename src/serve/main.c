@@ -13,6 +13,7 @@
 #include "job.h"
 #include "mcp.h"
 #include "store.h"
+#include "snap.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
 #include "../base/exe.h"
@@ -495,7 +496,8 @@ int main(int argc, char **argv)
 		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v,
 		.allow_degraded = allow_degraded, .degraded = degraded};
 	core_init(&core);
-	if (store_open(".", &e) < 0 || box_init(base, &cfg, &e) < 0)
+	if (store_open(".", &e) < 0 || snap_init(0 /* TODO: --store-max (wt-images) */, &e) < 0 ||
+	    box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	imcfg.base = base;
 	imcfg.data_dir = real;

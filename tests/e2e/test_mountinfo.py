@@ -4,7 +4,7 @@ smaller point: host paths in /proc/self/mountinfo).
 Field 4 of mountinfo is a bind mount's source directory as a path from the
 root of the filesystem holding it; mounting from a file descriptor (open_tree)
 does not change that. So a workspace kept in the daemon's data dir shows
-<data dir>/sandboxes/<id>/workspace there: a documented limitation (strict
+<data dir>/sandboxes/<id>/fs/workspace there: a documented limitation (strict
 xfail below). Everything else is pinned: /proc/self/mounts and the mount
 points show nothing of the host; a workspace with limits.disk (its own
 tmpfs) and an image's overlay (lowerdir=) show no host path at all.
@@ -74,15 +74,15 @@ def test_mounts_and_mount_points_show_no_host_path(srv):
         others = [m for m in mi if m != workspace_line(mi)]
         assert leaks(others, sec) == [], others
         root = mnt_fields(workspace_line(mi))[0]
-        assert root.endswith(f"/sandboxes/{sid}/workspace"), root
-        assert os.path.realpath(srv.data).endswith(root[:-len(f"/sandboxes/{sid}/workspace")])
+        assert root.endswith(f"/sandboxes/{sid}/fs/workspace"), root
+        assert os.path.realpath(srv.data).endswith(root[:-len(f"/sandboxes/{sid}/fs/workspace")])
     finally:
         srv.rm(sid)
 
 
 @pytest.mark.xfail(strict=True, reason=(
     "documented limitation (docs/SECURITY.md): a served sandbox's workspace without "
-    "limits.disk is a bind mount of <data>/sandboxes/<id>/workspace, and mountinfo's "
+    "limits.disk is a bind mount of <data>/sandboxes/<id>/fs/workspace, and mountinfo's "
     "field 4 is that directory's path within its filesystem, whatever the mount API"))
 def test_workspace_source_is_not_shown(srv):
     sid = srv.create()["id"]

@@ -175,7 +175,7 @@ def sbdir_removed(d, sid):
     for root, dirs, files in os.walk(p, onerror=lambda e: None):
         for n in dirs + files:
             left.add(os.path.relpath(os.path.join(root, n), p))
-    return left <= {"workspace"} | {f"workspace/{n}" for n in PLACEHOLDER_DIRS}
+    return left <= {"fs", "fs/workspace"} | {f"fs/workspace/{n}" for n in PLACEHOLDER_DIRS}
 
 
 def gone(pid):
@@ -484,7 +484,7 @@ class Daemon:
         return self.data / "sandboxes" / sid
 
     def ws(self, sid):
-        return self.sbdir(sid) / "workspace"
+        return self.sbdir(sid) / "fs" / "workspace"
 
     # -- HTTP
     def req(self, method, path, body=None, headers=None, timeout=60, auth=True):
@@ -589,9 +589,9 @@ def limits_for(d):
 
 BUG_ROOTLESS_RMDIR = (
     "daemon bug (rootless daemon only): DELETE /v1/sandboxes/{id} answers 204 but leaves "
-    "part of <data>/sandboxes/<id>/workspace behind when the sandbox made one of its "
+    "part of <data>/sandboxes/<id>/fs/workspace behind when the sandbox made one of its "
     "directories read-only: after `mkdir -p a/b; echo x > a/b/c.txt; chmod 500 a` inside, "
-    "workspace/a/b stays (the daemon's removal does not chmod a directory it cannot write "
+    "fs/workspace/a/b stays (the daemon's removal does not chmod a directory it cannot write "
     "before emptying it; root passes by CAP_DAC_OVERRIDE); since aad0428 the mode-000 "
     "placeholder directories (.git, .claude, ...) go; expected <data>/sandboxes/<id> gone")
 

@@ -1,0 +1,265 @@
+"""Snapshots, restore, fork and creates from a snapshot (docs/API.md
+"Snapshots"), on each storage backend: "copy" on the ext4 /tmp always,
+"btrfs" and "xfs" (reflink) in loop filesystems when root and mkfs exist.
+Checked through the host (the snapshot's directory, the store's rows, the
+process still alive) as well as through /v1."""
+import os
+import shutil
+import sqlite3
+import subprocess
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import uid_tag, wait_until
+from test_serve import Daemon
+
+IS_ROOT = os.geteuid() == 0
+
+
+class FsDaemon(Daemon):
+    """A Daemon whose data directory lives under mnt (a loop filesystem)."""
+
+    def __init__(self, mnt, *args, env_extra=None):
+        self.base = Path(mnt) / f"moat-e2e-snap-{uid_tag()}"
+        self.base.mkdir(mode=0o755)
+        self.data = self.base / "data"
+        self.allowed = self.base / "allowed"
+        self.outside = self.base / "outside"
+        self.args = list(args)
+        self.token = None
+        self.env_extra = env_extra or {}
+        self.pids = []
+        self.agents = set()
+        self.proc = None
+        self.nstart = 0
+        self._limits_ok = None
+        self.start()
+
+
+class LoopFs:
+    """A filesystem of kind ("btrfs", "xfs") in a file, loop-mounted."""
+
+    def __init__(self, kind, size="600M"):
+        self.dir = Path(tempfile.mkdtemp(prefix=f"moat-snapfs-{kind}-"))
+        self.img = self.dir / "fs.img"
+        self.mnt = self.dir / "mnt"
+        self.mnt.mkdir()
+        subprocess.run(["truncate", "-s", size, str(self.img)], check=True)
+        mkfs = ["mkfs.btrfs", "-q", str(self.img)] if kind == "btrfs" else \
+            ["mkfs.xfs", "-q", "-m", "reflink=1", str(self.img)]
+        subprocess.run(mkfs, check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(["mount", "-o", "loop", str(self.img), str(self.mnt)], check=True)
+        os.chmod(self.mnt, 0o755)
+
+    def close(self):
+        subprocess.run(["umount", "-l", str(self.mnt)], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def backend_skip(kind):
+    if kind == "copy":
+        return None
+    if not IS_ROOT:
+        return "a loop filesystem needs root (mount -o loop)"
+    tool = "mkfs.btrfs" if kind == "btrfs" else "mkfs.xfs"
+    if not shutil.which(tool):
+        return f"{tool} is not installed"
+    return None
+
+
+@pytest.fixture(params=["copy", "btrfs", "xfs"])
+def d(request):
+    kind = request.param
+    why = backend_skip(kind)
+    if why:
+        pytest.skip(why)
+    fs = None if kind == "copy" else LoopFs(kind)
+    dm = Daemon("--pool", "0") if fs is None else FsDaemon(fs.mnt, "--pool", "0")
+    dm.kind = {"copy": "copy", "btrfs": "btrfs", "xfs": "reflink"}[kind]
+    try:
+        yield dm
+    finally:
+        dm.stop()
+        if fs:
+            fs.close()
+
+
+def snap(d, sid, **body):
+    r = d.post(f"/v1/sandboxes/{sid}/snapshots", body)
+    assert r.status == 201, r
+    return r.json()
+
+
+def rows(d):
+    con = sqlite3.connect(str(d.data / "moat.db"), timeout=5)
+    try:
+        return con.execute("SELECT id, name, sandbox, state FROM snapshots").fetchall()
+    finally:
+        con.close()
+
+
+def test_backend_is_the_probed_one(d):
+    sid = d.create()["id"]
+    s = snap(d, sid)
+    assert s["backend"] == d.kind, (s, d.log())
+    assert f"snapshots: {d.kind}" in d.log()
+
+
+def test_snapshot_keeps_running_and_create_sees_the_moment(d):
+    sid = d.create()["id"]
+    d.sh(sid, "mkdir -p sub && echo before > sub/f.txt && ln sub/f.txt hard && "
+              "ln -s sub/f.txt soft && chmod 640 sub/f.txt")
+    r = d.ex(sid, "sleep 600", yield_ms=0)
+    pid = r["process_id"]
+    s = snap(d, sid, name="first")
+    assert s["sandbox_id"] == sid and s["name"] == "first"
+    assert s["size"] > 0, d.log()
+    # on the host: the frozen copy, complete, named by the row
+    assert (d.data / "snapshots" / s["id"] / "fs" / "workspace" / "sub" / "f.txt").read_text() \
+        == "before\n"
+    assert [x[0] for x in rows(d)] == [s["id"]]
+    # the process runs on through it
+    ps = d.get(f"/v1/sandboxes/{sid}/processes").json()["processes"]
+    assert any(p["process_id"] == pid and p["running"] for p in ps), ps
+    d.sh(sid, "echo after > sub/f.txt && echo new > later.txt")
+    for image in (f"snapshot:{s['id']}", "first"):
+        c = d.create(image=image)["id"]
+        out = d.sh(c, "cat sub/f.txt hard soft; stat -c %a sub/f.txt; "
+                      "test -L soft && echo link; test -e later.txt || echo nolater; "
+                      "stat -c %h sub/f.txt")
+        assert out.split() == ["before", "before", "before", "640", "link", "nolater", "2"], out
+        d.rm(c)
+    # the parent still has its later write
+    assert d.sh(sid, "cat sub/f.txt") == "after\n"
+    listed = d.get("/v1/snapshots").json()["snapshots"]
+    assert [x["id"] for x in listed] == [s["id"]]
+    assert d.get(f"/v1/snapshots/first").json()["id"] == s["id"]
+
+
+def test_restore_rolls_back(d):
+    sid = d.create()["id"]
+    d.sh(sid, "echo one > a.txt")
+    s = snap(d, sid)
+    d.sh(sid, "echo two > a.txt && echo extra > b.txt")
+    r = d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": s["id"]})
+    assert r.status == 200, r
+    assert r.json()["processes"] == "restarted"
+    assert d.sh(sid, "cat a.txt; test -e b.txt || echo nob") == "one\nnob\n"
+    # the snapshot itself is untouched by writes after a restore
+    d.sh(sid, "echo three > a.txt")
+    assert (d.data / "snapshots" / s["id"] / "fs" / "workspace" / "a.txt").read_text() == "one\n"
+    assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+
+
+def test_fork_three_independent(d):
+    sid = d.create()["id"]
+    d.sh(sid, "echo parent > p.txt")
+    r = d.post(f"/v1/sandboxes/{sid}/fork", {"count": 3})
+    assert r.status == 201, r
+    j = r.json()
+    assert j["processes"] == "not copied"
+    kids = [b["id"] for b in j["sandboxes"]]
+    assert len(set(kids)) == 3 and sid not in kids
+    for i, k in enumerate(kids):
+        assert d.sh(k, "cat p.txt") == "parent\n"
+        d.sh(k, f"echo kid{i} > mine.txt")
+    for i, k in enumerate(kids):
+        assert d.sh(k, "cat mine.txt") == f"kid{i}\n"
+    assert d.sh(sid, "test -e mine.txt || echo none") == "none\n"
+    # all on the host, each in its own fs/
+    for k in kids:
+        assert (d.data / "sandboxes" / k / "fs" / "workspace" / "p.txt").is_file()
+
+
+def test_bad_input(d):
+    sid = d.create()["id"]
+    assert d.post(f"/v1/sandboxes/{sid}/fork", {"count": 0}).status == 400
+    assert d.post(f"/v1/sandboxes/{sid}/fork", {"count": 33}).status == 400
+    assert d.post(f"/v1/sandboxes/{sid}/snapshots", {"name": "a/b"}).status == 400
+    assert d.post(f"/v1/sandboxes/{sid}/snapshots", {"bogus": 1}).status == 400
+    r = d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": "nosuch"})
+    assert r.status == 404 and "nosuch" in r.json()["error"]["message"], r
+    r = d.post("/v1/sandboxes", {"image": "snapshot:nosuch"})
+    assert r.status == 404, r
+    assert d.get("/v1/snapshots/nosuch").status == 404
+    assert d.delete("/v1/snapshots/nosuch").status == 404
+    snap(d, sid, name="taken")
+    r = d.post(f"/v1/sandboxes/{sid}/snapshots", {"name": "taken"})
+    assert r.status == 409, r
+    assert len(rows(d)) == 1
+
+
+def test_delete_keeps_clones(d):
+    sid = d.create()["id"]
+    d.sh(sid, "echo x > x.txt")
+    s = snap(d, sid)
+    c = d.create(image=f"snapshot:{s['id']}")["id"]
+    assert d.delete(f"/v1/snapshots/{s['id']}").status == 204
+    assert not (d.data / "snapshots" / s["id"]).exists()
+    assert rows(d) == []
+    assert d.sh(c, "cat x.txt") == "x\n"
+
+
+def test_tmpfs_workspace_refused(d):
+    if not d.limits_ok():
+        pytest.skip("limits.disk needs the memory cgroup here")
+    sid = d.create(limits={"disk": "64M"})["id"]
+    r = d.post(f"/v1/sandboxes/{sid}/snapshots", {})
+    assert r.status == 409 and "limits.disk" in r.json()["error"]["message"], r
+    assert rows(d) == []
+
+
+@pytest.mark.skipif(not IS_ROOT, reason="a tiny loop filesystem needs root (mount -o loop)")
+def test_enospc_leaves_nothing():
+    """A data dir on a small filesystem: the snapshot of a workspace bigger
+    than what is left fails with 507, no snapshot directory and no row, and
+    the sandbox as it was."""
+    tmp = Path(tempfile.mkdtemp(prefix="moat-snapfs-ext4-"))
+    img, mnt = tmp / "fs.img", tmp / "mnt"
+    mnt.mkdir()
+    try:
+        subprocess.run(["truncate", "-s", "120M", str(img)], check=True)
+        subprocess.run(["mkfs.ext4", "-q", "-F", str(img)], check=True)
+        subprocess.run(["mount", "-o", "loop", str(img), str(mnt)], check=True)
+        os.chmod(mnt, 0o755)
+        d = FsDaemon(mnt, "--pool", "0")
+        try:
+            sid = d.create()["id"]
+            d.sh(sid, "dd if=/dev/zero of=big bs=1M count=60 status=none && echo ok")
+            r = d.post(f"/v1/sandboxes/{sid}/snapshots", {})
+            assert r.status == 507, r
+            assert r.json()["error"]["code"] == "insufficient_storage"
+            assert os.listdir(d.data / "snapshots") == []
+            assert rows(d) == []
+            assert d.sh(sid, "stat -c %s big") == f"{60 << 20}\n"
+        finally:
+            d.stop()
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+@pytest.mark.parametrize("step", ["snapshot-captured", "snapshot-renamed"])
+def test_kill9_mid_snapshot(step):
+    d = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": step})
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "echo x > x.txt")
+        try:
+            d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20)
+        except Exception:
+            pass
+        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        assert os.listdir(d.data / "snapshots"), "the crash came before any file was made"
+        d.env_extra = {}
+        d.start()
+        assert os.listdir(d.data / "snapshots") == [], d.log()
+        assert rows(d) == []
+        assert d.get("/v1/snapshots").json()["snapshots"] == []
+        assert "no complete snapshot; removed" in d.log()
+        # the sandbox was adopted and still snapshots
+        assert snap(d, sid)["sandbox_id"] == sid
+    finally:
+        d.stop()

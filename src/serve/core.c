@@ -206,8 +206,7 @@ static struct core_op *start(struct core_op *op, json_t *req, const void *data, 
 	 * agent is frozen, so each is refused at once, for every door (calls
 	 * already in flight simply wait for the resume) */
 	if (op->b && box_paused(op->b)) {
-		cerr(e, 409, "paused", "sandbox %s is paused (POST /v1/sandboxes/%s/resume)",
-		     box_id(op->b), box_id(op->b));
+		cerr(e, 409, "paused", "sandbox %s is paused: resume it first", box_id(op->b));
 		json_decref(req);
 		op_free(op);
 		return NULL;

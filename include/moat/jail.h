@@ -135,6 +135,11 @@ void moat_cgroup_remove(const struct moat_strv *dirs);
 int moat_cgroup_freeze(const struct moat_strv *dirs, bool frozen, struct moat_err *e);
 /* Is it frozen now (read from the same files)? */
 bool moat_cgroup_frozen(const struct moat_strv *dirs);
+/* SIGKILL every process of the freezer cgroup among dirs, frozen or not
+ * (v2 cgroup.kill; v1: frozen first so no pid listed can be recycled,
+ * each killed, then thawed, since a v1-frozen task dies only once
+ * thawed). ENOTSUP when there is no freezer. */
+int moat_cgroup_kill(const struct moat_strv *dirs, struct moat_err *e);
 
 /* Kill anything left, remove cgroups and placeholder files, free. */
 void moat_jail_destroy(struct moat_jail *j);

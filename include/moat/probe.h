@@ -33,5 +33,10 @@ const char *moat_limit_controller(unsigned bit);
  * with *failed = the first bit that cannot and e = why and the fix (which
  * names a command or option that exists). Reads only: nothing is made. */
 int moat_limits_check(unsigned mask, unsigned *failed, struct moat_err *e);
+/* Can this process make a freezer cgroup for a sandbox (policy.freezer,
+ * moat serve's pause)? v1: the freezer hierarchy is mounted and moat's
+ * own cgroup in it is writable; v2: its own cgroup is writable (the
+ * freezer is core). Reads only. *version gets 1 or 2. */
+int moat_freezer_check(int *version, struct moat_err *e);
 
 #endif

@@ -100,6 +100,17 @@ int moat_cmd_doctor(int argc, char **argv)
 	}
 	printf("  resource limits\n");
 	bool lim = limits(&p);
+	{
+		/* moat serve's pause and resume (docs/API.md "Pause and resume") */
+		struct moat_err e = {0};
+		int v = 0;
+		if (moat_freezer_check(&v, &e) == 0)
+			printf("  pause (freezer)    cgroup v%d %s, child of moat's own cgroup\n", v,
+			       v == 1 ? "freezer.state" : "cgroup.freeze");
+		else
+			printf("  pause (freezer)    unavailable: %s (moat serve answers pause with "
+			       "422 pause_unavailable)\n", e.msg);
+	}
 	bool ok = p.userns && p.landlock_abi > 0 && p.seccomp && (!root || p.idmap_mounts);
 	if (ok && lim)
 		printf("\nready: every layer is available\n");

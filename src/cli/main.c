@@ -69,7 +69,8 @@ int main(int argc, char **argv)
 	if (strcmp(cmd, "serve") == 0)
 		return exec_sibling("moat-serve", argv);
 	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
-					     "patch", "rm", "ps", "kill", "mcp", NULL};
+					     "patch", "rm", "ps", "kill", "mcp", "pause",
+					     "resume", NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

@@ -12,6 +12,8 @@
 int moat_client_create(int argc, char **argv);
 int moat_client_ls(int argc, char **argv);
 int moat_client_rm(int argc, char **argv);
+int moat_client_pause(int argc, char **argv);
+int moat_client_resume(int argc, char **argv);
 int moat_client_exec(int argc, char **argv);
 int moat_client_attach(int argc, char **argv);
 int moat_client_ps(int argc, char **argv);

@@ -19,6 +19,8 @@ static const struct {
 	{"ps", moat_client_ps, "list a sandbox's processes"},
 	{"kill", moat_client_kill, "signal a sandbox process"},
 	{"rm", moat_client_rm, "remove sandboxes"},
+	{"pause", moat_client_pause, "pause sandboxes (freeze their processes)"},
+	{"resume", moat_client_resume, "resume paused sandboxes"},
 	{"mcp", moat_client_mcp, "serve MCP over stdio (a relay to moat serve's /mcp)"},
 };
 

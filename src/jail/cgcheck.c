@@ -192,3 +192,24 @@ int moat_limits_check(unsigned mask, unsigned *failed, struct moat_err *e)
 	}
 	return 0;
 }
+
+int moat_freezer_check(int *version, struct moat_err *e)
+{
+	bool v2 = access("/sys/fs/cgroup/cgroup.controllers", F_OK) == 0;
+	*version = v2 ? 2 : 1;
+	if (!v2)
+		return check_v1("freezer", e);
+	char own[PATH_MAX];
+	if (jail_v2_base(own, sizeof own, e) < 0)
+		return -1;
+	_cleanup_free_ char *dir = moat_strdupf("/sys/fs/cgroup%s", strcmp(own, "/") ? own : "");
+	if (!writable(dir, NULL))
+		return not_ours(own, "freezer", dir, 2, e);
+	/* cgroup.freeze is in every non-root cgroup from Linux 5.2 */
+	_cleanup_free_ char *fz = moat_strdupf("%s/cgroup.freeze", dir);
+	if (strcmp(own, "/") && access(fz, F_OK) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, ENOTSUP,
+				    "cgroup v2 without cgroup.freeze (%s): this kernel cannot "
+				    "freeze a cgroup (Linux 5.2 can)", fz);
+	return 0;
+}

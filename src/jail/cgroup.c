@@ -1,4 +1,5 @@
-/* cgroups for --memory, --pids, --cpus, behind a tiny ops struct chosen once
+/* cgroups for --memory, --pids, --cpus (and a freezer for moat serve's
+ * pause, policy.freezer), behind a tiny ops struct chosen once
  * (v2 unified, or v1 per-controller hierarchies as on hybrid systems).
  * moat's cgroup is created as a child of the cgroup moat itself runs in
  * (per controller on v1), only moat's own cgroups are ever written, and
@@ -13,6 +14,7 @@
 
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <limits.h>
 #include <stdio.h>
@@ -22,8 +24,8 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_N };
-static const char *const cg_names[CG_N] = {"memory", "pids", "cpu"};
+enum { CG_MEMORY, CG_PIDS, CG_CPU, CG_FREEZER, CG_N };
+static const char *const cg_names[CG_N] = {"memory", "pids", "cpu", "freezer"};
 
 struct jail_cgroup;
 struct cg_ops {
@@ -113,7 +115,7 @@ static int v1_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 {
 	char name[64];
 	unique_name(name, sizeof name);
-	bool want[CG_N] = {p->memory > 0, p->pids > 0, p->cpu_milli > 0};
+	bool want[CG_N] = {p->memory > 0, p->pids > 0, p->cpu_milli > 0, p->freezer};
 	for (int i = 0; i < CG_N; i++) {
 		if (!want[i])
 			continue;
@@ -175,7 +177,8 @@ static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 		strcat(ctl, "+pids ");
 	if (p->cpu_milli)
 		strcat(ctl, "+cpu ");
-	int rc = set_value(ownd, "cgroup.subtree_control", ctl, e);
+	/* the freezer is core in v2 (cgroup.freeze): no controller to enable */
+	int rc = ctl[0] ? set_value(ownd, "cgroup.subtree_control", ctl, e) : 0;
 	if (rc < 0 && e->errnum == EBUSY && jail_v2_only_self(ownd)) {
 		/* cgroup v2's "no internal processes" rule: moat alone in a
 		 * delegated cgroup (systemd-run --scope -p Delegate=yes) moves
@@ -205,6 +208,10 @@ static int v2_create(struct jail_cgroup *cg, const struct moat_policy *p, struct
 	}
 	if (make_dir("/sys/fs/cgroup", own, name, &cg->dir[0], e) < 0)
 		return -1;
+	_cleanup_free_ char *fz = moat_strdupf("%s/cgroup.freeze", cg->dir[0]);
+	if (p->freezer && access(fz, F_OK) < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, errno,
+				    "freezer: %s is missing (cgroup v2 freezes from Linux 5.2)", fz);
 	char v[64];
 	if (p->memory) {
 		snprintf(v, sizeof v, "%llu", (unsigned long long)p->memory);
@@ -240,7 +247,7 @@ int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,
 			struct moat_err *e)
 {
 	*out = NULL;
-	if (!p->memory && !p->pids && !p->cpu_milli)
+	if (!p->memory && !p->pids && !p->cpu_milli && !p->freezer)
 		return 0;
 	struct jail_cgroup *cg = calloc(1, sizeof *cg);
 	if (!cg)
@@ -255,9 +262,14 @@ int jail_cgroup_prepare(const struct moat_policy *p, struct jail_cgroup **out,
 		return moat_err_prefix(e, "%s limit: cannot be enforced",
 				       moat_limit_controller(failed));
 	}
+	int fver;
+	if (p->freezer && moat_freezer_check(&fver, e) < 0) {
+		jail_cgroup_destroy(cg);
+		return moat_err_prefix(e, "freezer (pause) cannot be made");
+	}
 	if (cg->ops->create(cg, p, e) < 0) {
 		jail_cgroup_destroy(cg);
-		return moat_err_prefix(e, "resource limits");
+		return moat_err_prefix(e, mask ? "resource limits" : "freezer (pause)");
 	}
 	*out = cg;
 	return 0;

@@ -5,6 +5,7 @@
 #include "api.h"
 #include "api_snap.h"
 
+#include "api_life.h"
 #include "attach.h"
 #include "box.h"
 #include "core.h"
@@ -726,6 +727,8 @@ void api_route(struct evhttp_request *req)
 		m == EVHTTP_REQ_GET ? h_image(req, b) : not_allowed(req);
 	else if (!strcmp(what, "netlog") && n == 4)
 		m == EVHTTP_REQ_GET ? h_netlog(req, b) : not_allowed(req);
+	else if ((!strcmp(what, "pause") || !strcmp(what, "resume")) && n == 4)
+		api_life_route(req, b, what);
 	else if (!strcmp(what, "archive") && n == 4)
 		(m == EVHTTP_REQ_GET || m == EVHTTP_REQ_PUT) ? h_archive(req, b) : not_allowed(req);
 	else

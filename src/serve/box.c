@@ -74,6 +74,9 @@ struct box {
 	struct moat_dnsd *dns; /* its resolver (no network, or the gateway's only) */
 	struct event *dnsev;
 	bool creating;       /* its row says "creating": the engine has not finished */
+	bool paused;         /* frozen by its freezer (box_pause); its row says "paused" */
+	bool gate_pending;   /* adopted while paused: its gateway is attached on resume */
+	int64_t idle_used;   /* paused: how much of the idle timeout had run (ms) */
 	struct spawning *sp; /* while being created off the event loop */
 	bool respawning;     /* box_respawn: a failed spawn keeps the box */
 };
@@ -190,6 +193,16 @@ const char *box_dir(const struct box *b)
 	return b->dir;
 }
 
+bool box_paused(const struct box *b)
+{
+	return b->paused;
+}
+
+const char *box_pause_unavailable(void)
+{
+	return cfg.freezer ? NULL : cfg.freezer_why ? cfg.freezer_why : "no freezer";
+}
+
 bool box_running(const struct box *b)
 {
 	return b->running;
@@ -244,10 +257,11 @@ json_t *box_json(const struct box *b)
 	gmtime_r(&t, &tm);
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", b->id, "state",
-			      b->running ? "running" : "stopped", "created_at", when, "workspace",
-			      WORKSPACE);
+			      !b->running ? "stopped" : b->paused ? "paused" : "running",
+			      "created_at", when, "workspace", WORKSPACE);
 	const char *keys[] = {"image", "image_id", "image_config", "limits", "timeout_s",
-			      "idle_timeout_s", "metadata", "network", "users", "degraded"};
+			      "idle_timeout_s", "metadata", "network", "users", "degraded",
+			      "on_timeout", "paused_at"};
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
 		json_t *v = json_object_get(b->spec, keys[i]);
 		if (v)
@@ -576,6 +590,7 @@ static void mark_stopped(struct box *b)
 	if (!b->running)
 		return;
 	b->running = false;
+	b->paused = false;
 	if (b->child) {
 		while (waitpid(b->pid, NULL, WNOHANG) < 0 && errno == EINTR)
 			;
@@ -686,6 +701,8 @@ static json_t *spec_json(const struct box_spec *s)
 		json_object_set_new(o, "door", json_pack("{s:O}", s->door, s->door_data));
 	if (s->repos) /* protected again by a respawn */
 		json_object_set(o, "repos", s->repos);
+	if (s->on_timeout_pause) /* paused rather than deleted at its end */
+		json_object_set_new(o, "on_timeout", json_string("pause"));
 	return o;
 }
 
@@ -977,7 +994,8 @@ static int save(struct box *b, struct moat_err *e)
 	struct store_row r = {.id = b->id, .created_at = b->created_at, .spec = spec,
 			      .pid = b->pid, .pid_start = b->pid_start, .cgroups = cgs,
 			      .state = b->creating ? (b->pooled ? "creating-pool" : "creating")
-				       : !b->running ? "stopped" : b->pooled ? "pooled" : "running"};
+				       : !b->running ? "stopped" : b->pooled ? "pooled"
+				       : b->paused ? "paused" : "running"};
 	return store_put(&r, e);
 }
 
@@ -1199,6 +1217,9 @@ static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_er
 			p->memory += spec->disk;
 	}
 	network_policy(spec->network, p);
+	/* a freezer cgroup for pause, when this daemon can make one (said
+	 * at its start; else pause answers pause_unavailable) */
+	p->freezer = cfg.freezer;
 	for (int i = 0; i < MOAT_QUOTAS; i++)
 		p->quotas[i] = quota_of(spec, i);
 	const char *home = SANDBOX_HOME;
@@ -1560,6 +1581,13 @@ static void destroy(struct box *b, bool defer_free)
 	b->deleted = true;
 	reg_del(b);
 	drop_conn(b);
+	if ((b->running || b->pid > 0) && (b->paused || moat_cgroup_frozen(&b->cgroups))) {
+		/* frozen: on v1 a frozen task dies only once thawed, so every
+		 * task is killed through the freezer (then thawed) first */
+		struct moat_err ke = {0};
+		if (moat_cgroup_kill(&b->cgroups, &ke) < 0)
+			fprintf(stderr, "moat serve: %s: %s\n", b->id, ke.msg);
+	}
 	if (b->running || b->pid > 0) {
 		/* the pidfd names exactly our pid 1, never a recycled pid */
 		if (b->pidfd >= 0)
@@ -1720,6 +1748,33 @@ static void adopt_fs(struct box *b)
 			b->fs, strerror(errno));
 }
 
+/* After a restart the record says whether the sandbox is paused; the
+ * freezer is made to agree (a daemon killed between freezing and
+ * recording, or between thawing and recording, left them apart): the
+ * record is what its clients were last told, or what they were about
+ * to be told by a call that never answered. */
+static void reconcile_freezer(struct box *b, bool paused)
+{
+	bool frozen = moat_cgroup_frozen(&b->cgroups);
+	struct moat_err e = {0};
+	if (paused && !frozen && moat_cgroup_freeze(&b->cgroups, true, &e) < 0) {
+		fprintf(stderr, "moat serve: %s: recorded as paused, but it cannot be frozen "
+			"again (%s): adopted as running\n", b->id, e.msg);
+		paused = false;
+		store_set_state(b->id, "running");
+	} else if (!paused && frozen) {
+		if (moat_cgroup_freeze(&b->cgroups, false, &e) < 0) {
+			fprintf(stderr, "moat serve: %s: frozen and cannot be thawed (%s): adopted "
+				"as paused\n", b->id, e.msg);
+			paused = true;
+			store_set_state(b->id, "paused");
+		} else
+			fprintf(stderr, "moat serve: %s: recorded as running but frozen (a pause or "
+				"resume the daemon did not finish): thawed\n", b->id);
+	}
+	b->paused = paused;
+}
+
 struct restore_ctx {
 	struct moat_strv ids; /* every id the store names: their directories stay */
 	bool unsafe;          /* a row without a usable id: sweep no directory */
@@ -1769,8 +1824,12 @@ static void restore_one(void *arg, const struct store_row *r)
 	/* Is our pid 1 still there? Same pid and same start time. */
 	bool creating = !strcmp(r->state, "creating") || !strcmp(r->state, "creating-pool");
 	bool pooled = !strcmp(r->state, "pooled") || !strcmp(r->state, "creating-pool");
-	bool alive = (pooled || creating || !strcmp(r->state, "running")) && r->pid > 1 &&
-		     start_time(r->pid) == r->pid_start;
+	bool paused = !strcmp(r->state, "paused");
+	/* a frozen pid 1 still has its /proc entry and start time: a paused
+	 * sandbox is recognised without asking its agent (which cannot
+	 * answer until thawed) */
+	bool alive = (pooled || creating || paused || !strcmp(r->state, "running")) &&
+		     r->pid > 1 && start_time(r->pid) == r->pid_start;
 	if (alive && watch_pid(b) < 0) {
 		/* alive but not watchable (EMFILE, ENOMEM): neither adopted nor
 		 * removed, since removing would orphan a running sandbox; its
@@ -1800,11 +1859,14 @@ static void restore_one(void *arg, const struct store_row *r)
 			"adopted\n", b->id);
 	if (live) {
 		b->running = true;
+		reconcile_freezer(b, paused);
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
 		struct moat_err e = {0};
 		int fds[2];
-		if (b->running && json_object_get(spec, "network") &&
+		if (b->running && b->paused && json_object_get(spec, "network"))
+			b->gate_pending = true; /* its agent answers once thawed */
+		else if (b->running && json_object_get(spec, "network") &&
 		    (fetch_netfds(b, fds) < 0 || attach_gate(b, fds, &e) < 0))
 			fprintf(stderr, "moat serve: %s: its egress gateway could not be restored%s%s\n",
 				b->id, e.msg[0] ? ": " : "", e.msg);
@@ -1874,6 +1936,95 @@ void box_restore(void)
 	schedule_refill();
 }
 
+/* ---- pause and resume ---------------------------------------------------- */
+
+int box_pause(struct box *b, struct moat_err *e)
+{
+	if (!b->running)
+		return moat_err_set(e, MOAT_E_USAGE, EINVAL, "sandbox %s is not running", b->id);
+	if (b->paused)
+		return moat_err_set(e, MOAT_E_USAGE, EALREADY, "sandbox %s is already paused",
+				    b->id);
+	if (moat_cgroup_freeze(&b->cgroups, true, e) < 0) {
+		if (e->errnum == ENOTSUP && !cfg.freezer)
+			return moat_err_set(e, MOAT_E_SYSTEM, ENOTSUP,
+					    "pause is unavailable in this daemon: %s", cfg.freezer_why);
+		if (e->errnum == ENOTSUP)
+			return moat_err_set(e, MOAT_E_SYSTEM, ENOTSUP,
+					    "sandbox %s has no freezer cgroup (made by a daemon "
+					    "without pause)", b->id);
+		return moat_err_prefix(e, "pause %s", b->id);
+	}
+	crash_point("pause-frozen");
+	int64_t now = now_ms();
+	int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
+	b->idle_used = now - b->last_active;
+	if (idle > 0 && b->idle_used > idle * 1000)
+		b->idle_used = idle * 1000;
+	b->paused = true;
+	json_object_set_new(b->spec, "paused_at", json_integer((json_int_t)time(NULL)));
+	if (save(b, e) < 0) {
+		/* all or nothing: not frozen behind a record that says running */
+		struct moat_err ign = {0};
+		moat_cgroup_freeze(&b->cgroups, false, &ign);
+		b->paused = false;
+		json_object_del(b->spec, "paused_at");
+		return moat_err_prefix(e, "pause %s: record", b->id);
+	}
+	crash_point("pause-saved");
+	return 0;
+}
+
+/* The lifetime stood still while paused: the end moves by the pause. A
+ * sandbox paused at its end (on_timeout "pause") gets its whole lifetime
+ * again from now (E2B's connect then sets its own). */
+static void shift_end(struct box *b)
+{
+	int64_t at = json_integer_value(json_object_get(b->spec, "paused_at"));
+	int64_t end = box_end_at(b), now = (int64_t)time(NULL);
+	int64_t life = json_integer_value(json_object_get(b->spec, "timeout_s"));
+	if (end <= 0 || at <= 0)
+		return;
+	int64_t left = end - at;
+	if (left <= 0)
+		left = life > 0 ? life : 0;
+	json_object_set_new(b->spec, "end_at", json_integer((json_int_t)(now + left)));
+}
+
+int box_resume(struct box *b, struct moat_err *e)
+{
+	if (!b->running)
+		return moat_err_set(e, MOAT_E_USAGE, EINVAL, "sandbox %s is not running", b->id);
+	if (!b->paused)
+		return moat_err_set(e, MOAT_E_USAGE, EALREADY, "sandbox %s is not paused", b->id);
+	if (moat_cgroup_freeze(&b->cgroups, false, e) < 0)
+		return moat_err_prefix(e, "resume %s", b->id);
+	crash_point("resume-thawed");
+	json_t *old = json_deep_copy(b->spec);
+	shift_end(b);
+	json_object_del(b->spec, "paused_at");
+	b->paused = false;
+	if (save(b, e) < 0) {
+		struct moat_err ign = {0};
+		moat_cgroup_freeze(&b->cgroups, true, &ign);
+		b->paused = true;
+		json_decref(b->spec);
+		b->spec = old;
+		return moat_err_prefix(e, "resume %s: record", b->id);
+	}
+	json_decref(old);
+	b->last_active = now_ms() - b->idle_used;
+	if (b->gate_pending) {
+		int fds[2];
+		struct moat_err ge = {0};
+		b->gate_pending = false;
+		if (fetch_netfds(b, fds) < 0 || attach_gate(b, fds, &ge) < 0)
+			fprintf(stderr, "moat serve: %s: its egress gateway could not be restored%s%s\n",
+				b->id, ge.msg[0] ? ": " : "", ge.msg);
+	}
+	return 0;
+}
+
 /* ---- reaping ------------------------------------------------------------ */
 
 static void idle_reply(void *arg, json_t *reply, const char *data, size_t len)
@@ -1893,11 +2044,23 @@ static void on_reaper(evutil_socket_t fd, short what, void *arg)
 	int64_t now = now_ms(), wall = (int64_t)time(NULL);
 	for (size_t i = 0; i < nboxes; i++) {
 		struct box *b = boxes[i];
+		/* a paused sandbox's clocks stand still (its idle timeout and
+		 * its lifetime: box_resume moves the end by the pause) */
+		if (b->paused)
+			continue;
 		int64_t life = json_integer_value(json_object_get(b->spec, "timeout_s"));
 		int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
 		int64_t end = json_integer_value(json_object_get(b->spec, "end_at"));
 		bool over = end > 0 ? wall >= end : life > 0 && wall - b->created_at >= life;
 		bool idle_out = idle > 0 && now - b->last_active >= idle * 1000;
+		if (over && b->running && json_object_get(b->spec, "on_timeout")) {
+			/* on_timeout "pause" (E2B's autoPause): paused, not deleted */
+			struct moat_err pe = {0};
+			if (box_pause(b, &pe) == 0)
+				continue;
+			fprintf(stderr, "moat serve: %s: its end came, and it could not be paused "
+				"(%s): deleted\n", b->id, pe.msg);
+		}
 		if (over || (idle_out && !b->running)) {
 			box_delete(b);
 			i--; /* the last one moved here */

@@ -33,6 +33,8 @@ struct box_config {
 	const struct gate_policy *net_ceiling; /* --net-allow: what any sandbox may reach at most */
 	json_t *secrets;             /* the secret store: NAME -> value */
 	int64_t quotas[MOAT_QUOTAS]; /* --quota: every sandbox's ceilings, at most */
+	bool freezer;                /* sandboxes get a freezer cgroup (pause) */
+	const char *freezer_why;     /* else why not (moat_freezer_check's message) */
 };
 
 /* What a create request asked for, validated. */
@@ -60,6 +62,7 @@ struct box_spec {
 	unsigned degraded;  /* MOAT_LIMIT_* bits not enforced (serve --allow-degraded) */
 	const char *door;   /* door data to keep (box_door), or NULL */
 	json_t *door_data;
+	bool on_timeout_pause; /* at its end: paused (box_pause), not deleted */
 };
 
 int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);
@@ -91,6 +94,18 @@ const char *box_id(const struct box *b);
 /* Its directory, relative to the data directory (net.log lives there). */
 const char *box_dir(const struct box *b);
 bool box_running(const struct box *b);
+/* Frozen by box_pause (box_running stays true: pid 1 lives on). */
+bool box_paused(const struct box *b);
+/* Freeze every process of the sandbox (its freezer cgroup) and record
+ * "paused": its idle and lifetime clocks stop, and the core refuses every
+ * operation that needs its agent (409 paused). e->errnum: EALREADY when
+ * paused already, EINVAL when not running, ENOTSUP when it has no freezer
+ * (the message says why). box_resume thaws (EALREADY: not paused). Both
+ * are all or nothing, and a restarted daemon finds the state recorded. */
+int box_pause(struct box *b, struct moat_err *e);
+/* NULL when this daemon's sandboxes can be paused, else why not. */
+const char *box_pause_unavailable(void);
+int box_resume(struct box *b, struct moat_err *e);
 json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);
 /* An image sandbox's defaults (box_spec.image_config), or NULL. */

@@ -62,6 +62,7 @@ int core_status_of(const char *code)
 	} t[] = {{"invalid_request", 400}, {"invalid_path", 400}, {"is_directory", 400},
 		 {"unauthorized", 401},    {"forbidden", 403},    {"not_found", 404},
 		 {"method_not_allowed", 405}, {"conflict", 409},  {"already_exists", 409},
+		 {"paused", 409},          {"pause_unavailable", 422},
 		 {"too_large", 413},       {"unsupported_media_type", 415},
 		 {"patch_failed", 422},    {"limit_unavailable", 422}, {"limit_reached", 429}, {"unavailable", 503},
 		 {"timeout", 504}};
@@ -203,6 +204,15 @@ static struct core_op *start(struct core_op *op, json_t *req, const void *data, 
 {
 	if (!req) {
 		cerr(e, 400, "invalid_request", "a parameter is not valid UTF-8");
+		op_free(op);
+		return NULL;
+	}
+	/* every operation on a sandbox's agent starts here: a paused one's
+	 * agent is frozen, so each is refused at once, for every door (calls
+	 * already in flight simply wait for the resume) */
+	if (op->b && box_paused(op->b)) {
+		cerr(e, 409, "paused", "sandbox %s is paused: resume it first", box_id(op->b));
+		json_decref(req);
 		op_free(op);
 		return NULL;
 	}
@@ -1492,12 +1502,32 @@ static bool snap_image(struct core_err *ce, json_t *spec, struct box_spec *s)
 	return true;
 }
 
+/* on_timeout: "delete" (the default) or "pause" (at timeout_s the sandbox
+ * is paused, not deleted: E2B's autoPause); refused where pause is not. */
+static bool parse_on_timeout(struct core_err *ce, json_t *v, struct box_spec *s)
+{
+	if (!v || json_is_null(v))
+		return true;
+	const char *t = json_string_value(v);
+	if (!t || (strcmp(t, "delete") && strcmp(t, "pause"))) {
+		cerr(ce, 400, "invalid_request", "on_timeout must be \"delete\" or \"pause\"");
+		return false;
+	}
+	s->on_timeout_pause = !strcmp(t, "pause");
+	const char *why = box_pause_unavailable();
+	if (s->on_timeout_pause && why) {
+		cerr(ce, 422, "pause_unavailable", "on_timeout \"pause\": %s", why);
+		return false;
+	}
+	return true;
+}
+
 struct core_op *core_create(json_t *body, const struct core_create_opts *o, core_create_cb cb,
 			    void *arg, struct core_err *ce)
 {
 	static const char *const keys[] = {"manifest", "image",	 "env",	     "limits",
 					   "timeout_s", "idle_timeout_s", "metadata", "network",
-					   NULL};
+					   "on_timeout", NULL};
 	struct box_spec s = {.idle_timeout_s = 1200};
 	char *snapfs = NULL;     /* "image": a snapshot: a clone of it, moved in */
 	json_t *snapspec = NULL; /* and its sandbox's spec: the defaults */
@@ -1519,7 +1549,8 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 	    !parse_limits(ce, json_object_get(body, "limits") ?: json_object_get(snapspec, "limits"),
 			  &s) ||
 	    !jf_int(ce, body, "timeout_s", 10LL * 365 * 86400, &s.timeout_s) ||
-	    !jf_int(ce, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s))
+	    !jf_int(ce, body, "idle_timeout_s", 10LL * 365 * 86400, &s.idle_timeout_s) ||
+	    !parse_on_timeout(ce, json_object_get(body, "on_timeout"), &s))
 		goto out;
 	/* a limit this daemon cannot enforce: refused before anything is made */
 	s.degraded = cfg->degraded;

@@ -1,5 +1,5 @@
 /* E2B's control plane (docs/e2b.md) onto the operation core: create,
- * connect, kill, info, list, timeout, metrics. A create is translated into
+ * connect (resumes), kill, info, list, timeout, metrics, pause. A create is translated into
  * a /v1 create body for core_create; the door keeps its access token and
  * template with the sandbox (box_door "e2b"). Only the door's sandboxes
  * exist here: a /v1 sandbox has no envd token and is not listed, found,
@@ -10,6 +10,7 @@
 #include "box.h"
 #include "core.h"
 #include "http.h"
+#include "life.h"
 #include "metrics.h"
 #include "../base/utf8.h"
 
@@ -127,7 +128,8 @@ static json_t *detail_obj(const struct box *b, bool detail)
 			      "clientID", E2B_CLIENT_ID, "startedAt", started, "endAt", ends,
 			      "cpuCount", (json_int_t)cpu_count(b), "memoryMB",
 			      (json_int_t)(memory_bytes(b) >> 20), "diskSizeMB",
-			      (json_int_t)(disk_bytes(b) >> 20), "state", "running", "envdVersion",
+			      (json_int_t)(disk_bytes(b) >> 20), "state",
+			      box_paused(b) ? "paused" : "running", "envdVersion",
 			      E2B_ENVD_VERSION, "metadata",
 			      md ? json_deep_copy(md) : json_object());
 	if (o && detail) {
@@ -137,8 +139,10 @@ static json_t *detail_obj(const struct box *b, bool detail)
 		json_t *aia = d ? json_object_get(d, "allowInternetAccess") : NULL;
 		if (aia)
 			json_object_set(o, "allowInternetAccess", aia);
-		json_object_set_new(o, "lifecycle", json_pack("{s:b,s:s}", "autoResume", 0,
-							      "onTimeout", "kill"));
+		json_object_set_new(o, "lifecycle",
+				    json_pack("{s:b,s:s}", "autoResume", 0, "onTimeout",
+					      d && json_is_true(json_object_get(d, "autoPause"))
+						      ? "pause" : "kill"));
 	}
 	return o;
 }
@@ -295,16 +299,20 @@ static bool egress(struct evhttp_request *req, json_t *body, json_t **out)
  * silently dropped (the caller would rely on them). */
 static bool refuse_unsupported(struct evhttp_request *req, json_t *body)
 {
-	json_t *v;
-	if ((v = json_object_get(body, "autoPause")) && json_is_true(v)) {
-		e2b_api_error(req, 400, "autoPause is not supported by moat yet "
-			      "(pause comes with snapshots, issue 13)");
+	json_t *v = json_object_get(body, "autoPause");
+	if (v && !json_is_null(v) && !json_is_boolean(v)) {
+		e2b_api_error(req, 400, "autoPause must be a boolean");
+		return false;
+	}
+	if (json_is_true(v) && json_is_false(json_object_get(body, "autoPauseMemory"))) {
+		e2b_api_error(req, 400, "autoPauseMemory false (a filesystem-only pause at the "
+			      "timeout) is not supported by moat yet; omit it to keep memory");
 		return false;
 	}
 	v = json_object_get(body, "autoResume");
 	if (v && json_is_true(json_object_get(v, "enabled"))) {
-		e2b_api_error(req, 400, "autoResume is not supported by moat yet "
-			      "(pause comes with snapshots, issue 13)");
+		e2b_api_error(req, 400, "autoResume (resume on traffic) is not supported by moat; "
+			      "Sandbox.connect() resumes a paused sandbox");
 		return false;
 	}
 	v = json_object_get(body, "mcp");
@@ -485,6 +493,9 @@ static void h_create(struct evhttp_request *req)
 	bool host = !strcmp(image, "host");
 	json_auto_t *v1 = json_pack("{s:s,s:I,s:I}", "image", host ? "host" : tpl, "timeout_s",
 				    (json_int_t)timeout, "idle_timeout_s", (json_int_t)0);
+	bool auto_pause = json_is_true(json_object_get(body, "autoPause"));
+	if (auto_pause) /* paused, not killed, at its end */
+		json_object_set_new(v1, "on_timeout", json_string("pause"));
 	json_t *env = json_object_get(body, "envVars");
 	if (json_object_size(env))
 		json_object_set(v1, "env", env);
@@ -502,6 +513,8 @@ static void h_create(struct evhttp_request *req)
 	json_t *aia = json_object_get(body, "allow_internet_access");
 	if (json_is_boolean(aia))
 		json_object_set(door, "allowInternetAccess", aia);
+	if (auto_pause)
+		json_object_set_new(door, "autoPause", json_true());
 	struct waiting *w = wait_new(req);
 	if (!w) {
 		e2b_api_error(req, 500, "out of memory");
@@ -538,6 +551,34 @@ static void h_connect(struct evhttp_request *req, const char *id)
 	int64_t timeout = -1;
 	if (!get_seconds(req, body, "timeout", MAX_TIMEOUT_S, &timeout))
 		return;
+	json_t *mem = json_object_get(body, "memory");
+	if (mem && !json_is_null(mem) && !json_is_boolean(mem)) {
+		e2b_api_error(req, 400, "memory must be a boolean");
+		return;
+	}
+	bool resumed = box_paused(b);
+	if (resumed) {
+		/* a paused sandbox is resumed (E2B's connect), and its deadline
+		 * is the timeout from now (300 s when none is given) */
+		if (json_is_false(mem)) {
+			e2b_api_error(req, 400, "memory false (onResume \"reboot\") is not "
+				      "supported by moat: a paused sandbox resumes its processes");
+			return;
+		}
+		struct core_err e = {0};
+		if (core_resume(b, &e) < 0) {
+			core_error(req, &e);
+			return;
+		}
+		if (timeout < 0)
+			timeout = DEFAULT_TIMEOUT_S;
+		if (box_set_end(b, (int64_t)time(NULL) + timeout) < 0) {
+			e2b_api_error(req, 500, "cannot move the deadline of sandbox %s", id);
+			return;
+		}
+		http_json(req, 201, sandbox_obj(b)); /* 201: resumed */
+		return;
+	}
 	/* connect only extends the deadline (E2B: "TTL is only extended") */
 	int64_t want = (int64_t)time(NULL) + timeout;
 	if (timeout >= 0 && box_end_at(b) > 0 && want > box_end_at(b) && box_set_end(b, want) < 0) {
@@ -545,6 +586,48 @@ static void h_connect(struct evhttp_request *req, const char *id)
 		return;
 	}
 	http_json(req, 200, sandbox_obj(b)); /* 200: it was running */
+}
+
+/* pause {"memory"?: bool}: 204; 409 when paused already (the JS SDK
+ * returns false on the body's code 409). memory false (a filesystem-only
+ * pause) would be moat's release. */
+static void h_pause(struct evhttp_request *req, struct box *b)
+{
+	json_auto_t *body = body_json(req, true);
+	if (!body)
+		return;
+	json_t *mem = json_object_get(body, "memory");
+	if (mem && !json_is_null(mem) && !json_is_boolean(mem)) {
+		e2b_api_error(req, 400, "memory must be a boolean");
+		return;
+	}
+	struct core_err e = {0};
+	if (core_pause(b, json_is_false(mem), &e) < 0) {
+		core_error(req, &e);
+		return;
+	}
+	http_no_content(req);
+}
+
+/* The older resume {"timeout"?}: 201 Sandbox, 409 when it runs. */
+static void h_resume(struct evhttp_request *req, struct box *b)
+{
+	json_auto_t *body = body_json(req, true);
+	if (!body)
+		return;
+	int64_t timeout = DEFAULT_TIMEOUT_S;
+	if (!get_seconds(req, body, "timeout", MAX_TIMEOUT_S, &timeout))
+		return;
+	struct core_err e = {0};
+	if (core_resume(b, &e) < 0) {
+		core_error(req, &e);
+		return;
+	}
+	if (box_set_end(b, (int64_t)time(NULL) + timeout) < 0) {
+		e2b_api_error(req, 500, "cannot move the deadline of sandbox %s", box_id(b));
+		return;
+	}
+	http_json(req, 201, sandbox_obj(b));
 }
 
 static void h_timeout(struct evhttp_request *req, const char *id)
@@ -678,13 +761,14 @@ static void h_sandbox(struct evhttp_request *req, enum evhttp_cmd_type m, const 
 		http_json(req, 200, a);
 	} else if (!strcmp(what, "logs")) {
 		http_json(req, 200, json_pack("{s:[],s:[]}", "logs", "logEntries"));
-	} else if (!strcmp(what, "pause") || !strcmp(what, "snapshots")) {
+	} else if (!strcmp(what, "pause")) {
+		h_pause(req, b);
+	} else if (!strcmp(what, "snapshots")) {
 		/* not 409: the JS SDK reads 409 as "already paused" and returns
 		 * false; 501 raises a SandboxError carrying this message */
-		e2b_api_error(req, 501, "%s is not supported by moat yet (snapshots come with "
-			      "issue 13)", !strcmp(what, "pause") ? "pause" : "snapshots");
+		e2b_api_error(req, 501, "snapshots are not supported by moat yet (issue 13)");
 	} else if (!strcmp(what, "resume")) {
-		e2b_api_error(req, 409, "sandbox %s is already running", id);
+		h_resume(req, b);
 	} else if (!strcmp(what, "network")) {
 		e2b_api_error(req, 501, "changing the network of a running sandbox is not "
 			      "supported by moat");
@@ -704,12 +788,13 @@ struct collect {
 	struct item *v;
 	size_t n, cap;
 	bool oom;
+	bool running, paused; /* the states asked for */
 };
 
 static void collect_one(struct box *b, void *arg)
 {
 	struct collect *c = arg;
-	if (!e2b_access_token(b) || !box_running(b))
+	if (!e2b_access_token(b) || !box_running(b) || !(box_paused(b) ? c->paused : c->running))
 		return;
 	if (c->n == c->cap) {
 		size_t cap = c->cap ? 2 * c->cap : 64;
@@ -854,7 +939,7 @@ static void h_list(struct evhttp_request *req, bool v2)
 		return;
 	}
 	json_auto_t *want = NULL;
-	bool any_state = false, want_running = false, desc = false;
+	bool any_state = false, want_running = false, want_paused = false, desc = false;
 	long limit = v2 ? LIST_DEFAULT : -1;
 	const char *next = NULL, *tpl = NULL;
 	int64_t after = -1;
@@ -874,7 +959,9 @@ static void h_list(struct evhttp_request *req, bool v2)
 			     s = strtok_r(NULL, ",", &save)) {
 				if (!strcmp(s, "running"))
 					want_running = true;
-				else if (strcmp(s, "paused"))
+				else if (!strcmp(s, "paused"))
+					want_paused = true;
+				else
 					snprintf(bad, sizeof bad, "state: %.40s is not running or paused", s);
 			}
 			free(dup);
@@ -911,11 +998,11 @@ static void h_list(struct evhttp_request *req, bool v2)
 		e2b_api_error(req, 400, "%s", bad);
 		return;
 	}
-	/* paused sandboxes do not exist here */
-	bool running = !any_state || want_running;
-	struct collect c = {0};
-	if (running)
-		box_each(collect_one, &c);
+	/* v1's list shows running ones only (its spec: GET /sandboxes lists
+	 * running sandboxes); v2's both, or the states asked for */
+	struct collect c = {.running = !any_state || want_running,
+			    .paused = v2 && (!any_state || want_paused)};
+	box_each(collect_one, &c);
 	if (c.oom) {
 		free(c.v);
 		evhttp_clear_headers(&kv);

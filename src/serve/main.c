@@ -21,6 +21,7 @@
 #include "../base/util.h"
 
 #include <moat/jail.h>
+#include <moat/probe.h>
 #include <moat/strv.h>
 
 #include <errno.h>
@@ -487,6 +488,18 @@ int main(int argc, char **argv)
 	api.secrets = secrets;
 	cfg.host_paths = host.v;
 	api.host_paths = host.v;
+	/* pause needs a freezer cgroup per sandbox: known now, said once */
+	struct moat_err fe = {0};
+	int fver = 0;
+	static char freezer_why[sizeof fe.msg];
+	cfg.freezer = moat_freezer_check(&fver, &fe) == 0;
+	snprintf(freezer_why, sizeof freezer_why, "%s", fe.msg);
+	cfg.freezer_why = freezer_why;
+	if (cfg.freezer)
+		fprintf(stderr, "moat serve: pause: available (cgroup v%d freezer)\n", fver);
+	else
+		fprintf(stderr, "moat serve: pause: unavailable (%s); pause answers 422 "
+			"pause_unavailable\n", fe.msg);
 	api_init(&api);
 	struct core_config core = {
 		.base = base, .host_paths = host.v, .max_file = api.max_file,

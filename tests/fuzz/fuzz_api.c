@@ -51,7 +51,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 /* ---- the stand-in sandbox (box.h) ---------------------------------------- */
 
 struct box {
-	bool exists, running;
+	bool exists, running, paused;
 };
 static struct box the_box;
 static bool create_fails, at_limit;
@@ -76,6 +76,7 @@ struct box *box_create_start(struct box_spec *spec, box_create_cb cb, void *arg,
 		return NULL;
 	}
 	the_box.exists = the_box.running = true;
+	the_box.paused = false;
 	return &the_box;
 }
 
@@ -130,6 +131,33 @@ const char *box_dir(const struct box *b)
 bool box_running(const struct box *b)
 {
 	return b->running;
+}
+
+/* As box.c: pause and resume toggle, the core then refuses agent calls. */
+bool box_paused(const struct box *b)
+{
+	return b->paused;
+}
+
+int box_pause(struct box *b, struct moat_err *e)
+{
+	if (b->paused)
+		return moat_err_set(e, MOAT_E_USAGE, EALREADY, "already paused");
+	b->paused = true;
+	return 0;
+}
+
+int box_resume(struct box *b, struct moat_err *e)
+{
+	if (!b->paused)
+		return moat_err_set(e, MOAT_E_USAGE, EALREADY, "not paused");
+	b->paused = false;
+	return 0;
+}
+
+const char *box_pause_unavailable(void)
+{
+	return NULL;
 }
 
 json_t *box_json(const struct box *b)

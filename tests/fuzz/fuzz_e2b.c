@@ -27,6 +27,8 @@
 #include <event2/keyvalq_struct.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include "serve/life.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -38,7 +40,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv);
 
 struct box {
 	const char *id;
-	bool door, exists;
+	bool door, exists, paused;
 	json_t *md;
 };
 static struct box boxes[3] = {{"b1", true, true, NULL}, {"b2", true, true, NULL},
@@ -75,6 +77,26 @@ void box_each(void (*fn)(struct box *b, void *arg), void *arg)
 
 const char *box_id(const struct box *b) { return b->id; }
 bool box_running(const struct box *b) { return b->exists; }
+bool box_paused(const struct box *b) { return b->paused; }
+/* the core's pause and resume (life.c) as toggles, with its 409s */
+int core_pause(struct box *b, bool release, struct core_err *e)
+{
+	if (b->paused) {
+		*e = (struct core_err){.status = 409, .code = "conflict"};
+		return -1;
+	}
+	b->paused = true;
+	return 0;
+}
+int core_resume(struct box *b, struct core_err *e)
+{
+	if (!b->paused) {
+		*e = (struct core_err){.status = 409, .code = "conflict"};
+		return -1;
+	}
+	b->paused = false;
+	return 0;
+}
 const json_t *box_metadata(const struct box *b) { return b->md; }
 void box_activity(void) {}
 void box_touch(struct box *b) {}

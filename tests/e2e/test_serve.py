@@ -2135,8 +2135,9 @@ ERROR_CASES = [
     ("create-idle-float", "POST", "/v1/sandboxes", {"idle_timeout_s": 1.5}, 400, "invalid_request",
      "idle_timeout_s"),
     ("create-image-int", "POST", "/v1/sandboxes", {"image": 5}, 400, "invalid_request", "image"),
-    ("create-image-relative", "POST", "/v1/sandboxes", {"image": "rootfs"}, 400,
-     "invalid_request", "image"),
+    # a relative name is looked up in the image store and the templates
+    ("create-image-relative", "POST", "/v1/sandboxes", {"image": "rootfs"}, 404,
+     "not_found", "image"),
     # outside every --allow-host-path directory, missing is answered as not allowed (no oracle)
     ("create-image-missing", "POST", "/v1/sandboxes", {"image": "/nonexistent/rootfs"}, 403,
      "forbidden", "image"),

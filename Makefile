@@ -256,7 +256,7 @@ E2B_ENVD_SRC := src/serve/e2b_envd.c src/serve/e2b_envd_proc.c src/serve/e2b_env
                 src/serve/connect.c src/serve/multipart.c
 # The API: the real router, validation and reply shaping (api.c, http.c)
 # behind a stand-in for box.c and job.c (tests/fuzz/fuzz_api.c).
-FUZZ_SRC_api       := src/serve/api.c src/serve/api_life.c src/serve/life.c src/serve/attach.c src/proto/ws.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c src/base/exe.c \
+FUZZ_SRC_api       := src/serve/api.c src/serve/api_images.c src/serve/api_life.c src/serve/life.c src/serve/attach.c src/proto/ws.c src/serve/core.c src/serve/enforce.c src/jail/cgcheck.c src/serve/jfield.c src/serve/http.c src/serve/browser.c src/serve/http_guard.c src/serve/manifest.c src/serve/clone.c src/base/exe.c \
                       src/policy/quota.c src/policy/policy.c \
                       src/serve/archive.c src/serve/image.c src/serve/metrics.c \
                       src/proto/entries.c src/gate/policy.c src/gate/addr.c $(FUZZ_BASE)

@@ -5,6 +5,7 @@
  * exist here: a /v1 sandbox has no envd token and is not listed, found,
  * connected to or killed through this door. */
 #define _GNU_SOURCE
+#include "images.h"
 #include "e2b_int.h"
 
 #include "box.h"
@@ -335,7 +336,8 @@ static bool refuse_unsupported(struct evhttp_request *req, json_t *body)
 }
 
 /* templateID -> image: the operator's --template NAME=DIR, else "base" is
- * the host's system ("host"; users mode gives it a copy-on-write root).
+ * the host's system ("host"; users mode gives it a copy-on-write root),
+ * else an image of the store by name or digest (images.h).
  * NULL: no such template. */
 static const char *template_image(const char *name)
 {
@@ -344,7 +346,15 @@ static const char *template_image(const char *name)
 	for (size_t i = 0; c && c->templates && c->templates[i]; i++)
 		if (!strncmp(c->templates[i], name, n) && c->templates[i][n] == '=')
 			return c->templates[i] + n + 1;
-	return strcmp(name, "base") ? NULL : "host";
+	if (!strcmp(name, "base"))
+		return "host";
+	/* an image of the store (moat image pull): the core resolves it again */
+	struct images_resolved r;
+	struct core_err e = {0};
+	int found = images_resolve(name, &r, &e);
+	if (found > 0)
+		images_resolved_free(&r);
+	return found > 0 ? name : NULL;
 }
 
 static void random_hex(char *out, size_t bytes)

@@ -869,7 +869,8 @@ def test_image_outside_allowed(limited_daemon):
         Sandbox.create(url=limited_daemon.url, image="/usr")
     assert (ei.value.status, ei.value.code) in ((403, "forbidden"),
                                                 (400, "invalid_request"))
-    with pytest.raises(InvalidRequest):
+    # A relative name is an image reference looked up in the store now.
+    with pytest.raises(NotFound):
         Sandbox.create(url=limited_daemon.url, image="relative/rootfs")
 
 

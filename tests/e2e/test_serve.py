@@ -2951,8 +2951,17 @@ def test_daemon_secrets_and_fds_stay_out(real_home_secret):
         with open(f"/proc/{agent}/environ", "rb") as f:
             env = f.read()
         assert tok.encode() not in env and other.encode() not in env, env
-        mine = {os.readlink(f"/proc/{d.pid}/fd/{n}") for n in os.listdir(f"/proc/{d.pid}/fd")}
-        theirs = {os.readlink(f"/proc/{agent}/fd/{n}") for n in os.listdir(f"/proc/{agent}/fd")}
+        def fds(pid):
+            # the daemon opens and closes descriptors as it works (the pool,
+            # the store): one may go between the listing and its readlink
+            out = set()
+            for n in os.listdir(f"/proc/{pid}/fd"):
+                try:
+                    out.add(os.readlink(f"/proc/{pid}/fd/{n}"))
+                except FileNotFoundError:
+                    pass
+            return out
+        mine, theirs = fds(d.pid), fds(agent)
         shared = {t for t in theirs & mine if t != "/dev/null"}
         assert not shared, f"the agent holds the daemon's descriptors: {shared}"
         assert not [t for t in theirs if t.startswith("/") and t != "/dev/null"], theirs

@@ -28,7 +28,10 @@ keep-alive connection (~1 ms of it is the client's):
   restore  POST /v1/sandboxes/{id}/restore {"snapshot": sid} (the
            sandbox's processes restarted on the snapshot's files);
   fork10   POST /v1/sandboxes/{id}/fork {"count": 10}, all ten up (the
-           ten deleted off the clock).
+           ten deleted off the clock);
+  create10 (10 MB only) ten POST /v1/sandboxes {} back to back: what
+           starting ten sandboxes costs without any copy, the floor of a
+           fork of ten as built (clones, then one box_create each).
 
 --no-big-fork-copy skips fork10 at 1 GiB on the copy backend (10 GiB of
 writes). Everything is removed at the end: sandboxes, daemons, mounts,
@@ -125,12 +128,24 @@ def bench_backend(be, a, tmp, res):
                     api.exec_true(kids[-1])
                     for k in kids:
                         api.delete(k)
+            create10 = []
+            if ws == "10MB":  # the floor of a fork of 10: ten creates of an empty sandbox
+                for _ in range(max(1, a.n // 2)):
+                    t0 = time.perf_counter()
+                    kids = [api.create({}) for _ in range(10)]
+                    create10.append((time.perf_counter() - t0) * 1000)
+                    api.exec_true(kids[-1])
+                    for k in kids:
+                        api.delete(k)
             api.call("DELETE", f"/v1/snapshots/{keep}", None, (204,))
             api.delete(sid)
-            r = {"snapshot": snaps, "restore": rest, "fork10": forks, "size": size}
+            r = {"snapshot": snaps, "restore": rest, "fork10": forks, "size": size,
+                 "create10": create10}
             res[(be, ws)] = r
             med = {k: (statistics.median(v) if v else None) for k, v in r.items() if k != "size"}
             f = f"{med['fork10']:8.1f}" if med["fork10"] is not None else "       -"
+            if med["create10"] is not None:
+                f += f" (10 creates {med['create10']:.1f})"
             print(f"  {be:8s} {ws:9s} snapshot {med['snapshot']:8.1f} (min {min(snaps):7.1f})  "
                   f"restore {med['restore']:8.1f}  fork10 {f}   size {size}", flush=True)
     finally:

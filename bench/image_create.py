@@ -84,9 +84,9 @@ def main():
         o = d.api.call("POST", "/v1/images", {"ref": ref, "insecure": True}, (200, 201))
         pull_ms = (time.perf_counter() - t0) * 1000
         rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True).stdout.strip()
+                             capture_output=True, text=True).stdout.split("\n")[0].strip()
         fst = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", tmp], capture_output=True,
-                             text=True).stdout.strip()
+                             text=True).stdout.split("\n")[0].strip()
         print(f"image_create {time.strftime('%Y-%m-%d %H:%M %Z')}: git {rev}; "
               f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; data dir {tmp} ({fst})")
         print(f"image {ref}: {img['source']}, {len(o.get('layers', []))} layers "

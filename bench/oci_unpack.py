@@ -61,10 +61,10 @@ def main():
         img = ociimg.get(a, tmp)
         blob, lay = img["big_blob"], img["layout"]
         rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True).stdout.strip()
-        um = subprocess.run(["umoci", "--version"], capture_output=True, text=True).stdout.strip()
+                             capture_output=True, text=True).stdout.split("\n")[0].strip()
+        um = subprocess.run(["umoci", "--version"], capture_output=True, text=True).stdout.split("\n")[0].strip()
         fst = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", tmp], capture_output=True,
-                             text=True).stdout.strip()
+                             text=True).stdout.split("\n")[0].strip()
         print(f"oci_unpack {time.strftime('%Y-%m-%d %H:%M %Z')}: git {rev}; {um}; "
               f"{os.cpu_count()} CPUs, load {os.getloadavg()[0]:.2f}; into {tmp} ({fst})")
         dst = os.path.join(tmp, "dst")

@@ -127,9 +127,9 @@ def main():
             d.api.call("POST", f"/v1/sandboxes/{s}/exec",
                        {"cmd": ["sh", "-c", "sleep 3600 >/dev/null 2>&1 &"]})
         rev = subprocess.run(["git", "-C", ROOT, "describe", "--always", "--dirty"],
-                             capture_output=True, text=True).stdout.strip()
+                             capture_output=True, text=True).stdout.split("\n")[0].strip()
         fst = subprocess.run(["findmnt", "-n", "-o", "FSTYPE", "-T", tmp], capture_output=True,
-                             text=True).stdout.strip()
+                             text=True).stdout.split("\n")[0].strip()
         print(f"pause {time.strftime('%Y-%m-%d %H:%M %Z')}: git {rev}; {os.cpu_count()} CPUs, "
               f"load {os.getloadavg()[0]:.2f}; data dir {tmp} ({fst}); freezer {fz[0]}")
         raw = Raw(d.port)

@@ -19,7 +19,9 @@ off the clock):
   daemon    POST /v1/images {"ref": ..., "insecure": true} to a `moat serve
             --insecure-registry HOST:PORT`, timed to its answer: the pull
             AND the unpack of every layer into the store (what a create
-            needs); DELETE /v1/images/{name} off the clock.
+            needs); DELETE /v1/images/{name} off the clock;
+  skopeo+umoci  (--with-unpack) skopeo copy as above, then umoci unpack
+            --image DIR:multi DIR/bundle: the daemon's peer.
 
 Prints medians and the ratio moat/skopeo (median of per-round ratios).
 Target: oci-tool within 1.5x of skopeo.
@@ -59,6 +61,8 @@ def main():
     ap.add_argument("--oci-tool", default=os.path.join(ROOT, "build", "oci-tool"))
     ap.add_argument("--moat", default=os.path.join(ROOT, "build", "moat"))
     ap.add_argument("--no-daemon", action="store_true")
+    ap.add_argument("--with-unpack", action="store_true",
+                    help="also skopeo copy + umoci unpack, the peer of the daemon's pull")
     a = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="moat-bench-pull.")
     reg = d = None
@@ -79,6 +83,11 @@ def main():
             "skopeo": lambda dst: timed(["skopeo", "copy", "--quiet", "--src-tls-verify=false",
                                          "docker://" + ref, f"oci:{dst}:multi"]),
         }
+        if a.with_unpack:
+            def skopeo_umoci(dst):
+                t = kinds["skopeo"](dst)
+                return t + timed(["umoci", "unpack", "--image", f"{dst}:multi", dst + "/bundle"])
+            kinds["skopeo+umoci"] = skopeo_umoci
         if not a.no_daemon:
             bindir = os.path.join(tmp, "bin")
             os.mkdir(bindir)
@@ -104,14 +113,14 @@ def main():
             shutil.rmtree(dst, ignore_errors=True)
         S = {k: [] for k in kinds}
         names = list(kinds)
-        print("per round (ms): " + "  ".join(f"{k:>9}" for k in names))
+        print("per round (ms): " + "  ".join(f"{k:>12}" for k in names))
         for r in range(a.rounds):
             order = names if r % 2 == 0 else names[::-1]
             for k in order:
                 dst = os.path.join(tmp, "dst")
                 S[k].append(kinds[k](dst))
                 shutil.rmtree(dst, ignore_errors=True)
-            print(f"  round {r + 1}:     " + "  ".join(f"{S[k][-1]:9.1f}" for k in names))
+            print(f"  round {r + 1}:     " + "  ".join(f"{S[k][-1]:12.1f}" for k in names))
         med = {k: statistics.median(v) for k, v in S.items()}
         print("medians (ms): " + ", ".join(f"{k} {med[k]:.1f} (min {min(S[k]):.1f})"
                                            for k in names))
@@ -122,6 +131,10 @@ def main():
         if "daemon" in S:
             rd = [x / y for x, y in zip(S["daemon"], S["skopeo"])]
             print(f"daemon (pull + unpack) / skopeo (pull only): {statistics.median(rd):.2f}")
+        if "daemon" in S and "skopeo+umoci" in S:
+            rd = [x / y for x, y in zip(S["daemon"], S["skopeo+umoci"])]
+            print(f"daemon / skopeo+umoci (both pull + unpack): {statistics.median(rd):.2f} "
+                  f"(rounds {min(rd):.2f}-{max(rd):.2f})")
         print(f"load at the end {os.getloadavg()[0]:.2f}")
         return S
     finally:

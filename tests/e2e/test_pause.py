@@ -8,12 +8,13 @@ Plain pause needs a freezer cgroup per sandbox: the root pass has one
 Hibernation ("release": true) stops the processes instead, so it needs no
 freezer and runs in both passes."""
 import os
+import subprocess
 import time
 import uuid
 
 import pytest
 
-from conftest import pids_with, wait_until
+from conftest import MOAT, pids_with, wait_until
 from test_serve import Daemon, assert_error, cgroup_dirs_of, gone, mounts, sbdir_removed
 
 IS_ROOT = os.geteuid() == 0
@@ -309,3 +310,31 @@ def test_kill9_mid_hibernation(step):
         assert d.sh(sid, "cat f.txt") == "kept\n"
     finally:
         d.stop()
+
+
+def cli(d, *args):
+    env = {k: v for k, v in os.environ.items() if k != "MOAT_API_TOKEN"}
+    env["MOAT_URL"] = f"http://127.0.0.1:{d.port}"
+    return subprocess.run([MOAT, *args], env=env, capture_output=True, timeout=60,
+                          stdin=subprocess.DEVNULL)
+
+
+def test_cli_pause_release_and_resume(d):
+    sid = d.create()["id"]
+    d.sh(sid, "echo kept > f.txt")
+    agent = d.agent_pid(sid)
+    r = cli(d, "pause", "--release", sid)
+    assert r.returncode == 0, r
+    s = state(d, sid)
+    assert s["state"] == "paused" and s["released"] is True, s
+    assert wait_until(lambda: gone(agent), timeout=20)
+    r = cli(d, "pause", "--release", sid)
+    assert r.returncode != 0 and b"already paused" in r.stderr, r
+    r = cli(d, "resume", sid)
+    assert r.returncode == 0, r
+    assert b"hibernated" in r.stderr and b"did not survive" in r.stderr, r
+    assert state(d, sid)["state"] == "running"
+    assert d.sh(sid, "cat f.txt") == "kept\n"
+    r = cli(d, "resume", sid)
+    assert r.returncode != 0 and b"not paused" in r.stderr, r
+    assert b"--release" in cli(d, "pause", "--help").stdout

@@ -212,7 +212,9 @@ const char *box_pause_unavailable(void)
 
 bool box_running(const struct box *b)
 {
-	return b->running;
+	/* not stopped: a hibernated one is paused to every door (its state
+	 * is "paused", a resume starts it), though it has no process */
+	return b->running || b->hibernated;
 }
 
 const char *box_fs(const struct box *b)

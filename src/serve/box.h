@@ -93,6 +93,8 @@ bool box_at_limit(void);
 const char *box_id(const struct box *b);
 /* Its directory, relative to the data directory (net.log lives there). */
 const char *box_dir(const struct box *b);
+/* Not stopped: running, paused, or hibernated (box_hibernated: no
+ * process then, but a door sees a paused sandbox that resumes). */
 bool box_running(const struct box *b);
 /* Frozen by box_pause (box_running stays true: pid 1 lives on). */
 bool box_paused(const struct box *b);

@@ -338,3 +338,27 @@ def test_cli_pause_release_and_resume(d):
     r = cli(d, "resume", sid)
     assert r.returncode != 0 and b"not paused" in r.stderr, r
     assert b"--release" in cli(d, "pause", "--help").stdout
+
+
+def test_e2b_door_sees_a_hibernated_sandbox():
+    """E2B's pause {"memory": false} is moat's release: the sandbox stays
+    the door's (GET, list state=paused), and connect starts it again."""
+    from test_e2b_api import TOKEN, api, create
+    d = Daemon("--pool", "0", token=TOKEN)
+    try:
+        sid = create(d)["sandboxID"]
+        agent = d.agent_pid(sid)
+        r = api(d, "POST", f"/sandboxes/{sid}/pause", {"memory": False})
+        assert r.status == 204, (r, d.log())
+        assert wait_until(lambda: gone(agent), timeout=20)
+        r = api(d, "GET", f"/sandboxes/{sid}")
+        assert r.status == 200 and r.json()["state"] == "paused", r
+        r = api(d, "GET", "/v2/sandboxes?state=paused")
+        assert r.status == 200 and [x["sandboxID"] for x in r.json()] == [sid], r
+        r = api(d, "POST", f"/sandboxes/{sid}/connect", {"timeout": 300})
+        assert r.status == 201, (r, d.log())
+        assert api(d, "GET", f"/sandboxes/{sid}").json()["state"] == "running"
+        new = d.agent_pid(sid)
+        assert new and new != agent
+    finally:
+        d.stop()

@@ -362,3 +362,25 @@ def test_e2b_door_sees_a_hibernated_sandbox():
         assert new and new != agent
     finally:
         d.stop()
+
+
+def test_hibernate_keeps_the_image_roots_changes():
+    """A rootfs-image sandbox: its changes outside the workspace (fs/upper)
+    are part of what a hibernation keeps."""
+    from conftest import uid_tag
+    from test_serve import make_rootfs
+    d = Daemon("--pool", "0", allow=True)
+    try:
+        rf = d.allowed / f"rootfs-{uid_tag()}"
+        make_rootfs(rf)
+        sid = d.create(image=str(rf))["id"]
+        d.sh(sid, "echo changed > /data/f; echo new > /etc/added; echo w > /workspace/w")
+        assert pause(d, sid, release=True).status == 200
+        assert (d.sbdir(sid) / "fs" / "upper" / "etc" / "added").read_text() == "new\n"
+        r = resume(d, sid)
+        assert r.status == 200 and r.json()["processes"] == "restarted", (r, d.log())
+        assert d.sh(sid, "read a < /data/f; read b < /etc/added; read c < /workspace/w; "
+                         "echo $a $b $c") == "changed new w\n"
+        assert (rf / "data" / "f").read_text() == "orig\n"
+    finally:
+        d.stop()

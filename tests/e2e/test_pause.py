@@ -384,3 +384,26 @@ def test_hibernate_keeps_the_image_roots_changes():
         assert (rf / "data" / "f").read_text() == "orig\n"
     finally:
         d.stop()
+
+
+def test_snapshot_and_restore_of_a_hibernated_sandbox(d):
+    """Its files are on disk: a snapshot takes them as they are, and a
+    restore starts it (awake: no longer hibernated)."""
+    sid = d.create()["id"]
+    d.sh(sid, "echo one > f.txt")
+    r = d.post(f"/v1/sandboxes/{sid}/snapshots", {})
+    assert r.status == 201, r
+    snap = r.json()["id"]
+    d.sh(sid, "echo two > f.txt")
+    assert pause(d, sid, release=True).status == 200
+    r = d.post(f"/v1/sandboxes/{sid}/snapshots", {})
+    assert r.status == 201, (r, d.log())
+    later = r.json()["id"]
+    assert (d.data / "snapshots" / later / "fs" / "workspace" / "f.txt").read_text() == "two\n"
+    r = d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": snap})
+    assert r.status == 200, (r, d.log())
+    s = state(d, sid)
+    assert s["state"] == "running" and "released" not in s, s
+    assert [x for x in d.db_rows() if x[0] == sid][0][2] == "running"
+    assert d.sh(sid, "cat f.txt") == "one\n"
+    assert_error(resume(d, sid), 409, "conflict")

@@ -40,5 +40,14 @@ int core_pause(struct box *b, bool release, struct core_err *e)
 int core_resume(struct box *b, struct core_err *e)
 {
 	struct moat_err me = {0};
-	return box_resume(b, &me) < 0 ? mapped(e, &me) : 0;
+	bool restart = box_hibernated(b);
+	if (box_resume(b, &me) == 0)
+		return 0;
+	if (restart) {
+		/* a start that failed (its errno is the engine's, not a state
+		 * conflict): it stays hibernated */
+		cerr(e, 500, "internal", "%s (it stays hibernated)", me.msg);
+		return -1;
+	}
+	return mapped(e, &me);
 }

@@ -377,6 +377,15 @@ def test_hibernate_keeps_the_image_roots_changes():
         d.sh(sid, "echo changed > /data/f; echo new > /etc/added; echo w > /workspace/w")
         assert pause(d, sid, release=True).status == 200
         assert (d.sbdir(sid) / "fs" / "upper" / "etc" / "added").read_text() == "new\n"
+        # a start that fails (its image root is gone): it stays hibernated, whole
+        away = rf.with_name(rf.name + ".away")
+        rf.rename(away)
+        assert_error(resume(d, sid), 500, "internal", "stays hibernated")
+        s = state(d, sid)
+        assert s["state"] == "paused" and s["released"] is True, s
+        assert [x for x in d.db_rows() if x[0] == sid][0][2] == "hibernated"
+        assert (d.sbdir(sid) / "fs" / "upper" / "etc" / "added").read_text() == "new\n"
+        away.rename(rf)
         r = resume(d, sid)
         assert r.status == 200 and r.json()["processes"] == "restarted", (r, d.log())
         assert d.sh(sid, "read a < /data/f; read b < /etc/added; read c < /workspace/w; "

@@ -1,5 +1,6 @@
-/* moat pause / moat resume: freeze a sandbox's processes and thaw them
- * (docs/API.md "Pause and resume"). */
+/* moat pause / moat resume: freeze a sandbox's processes and thaw them,
+ * or hibernate it (--release) and start it again (docs/API.md "Pause and
+ * resume"). */
 #define _GNU_SOURCE
 #include "client.h"
 #include "http.h"
@@ -33,12 +34,15 @@ static int life(int argc, char **argv, bool pause)
 			      "process is frozen (cgroup freezer) until moat resume; their idle\n"
 			      "and lifetime clocks stop, and exec or file operations are refused "
 			      "meanwhile.\n\n"
-			      "      --release   hibernate: snapshot the filesystem, stop the "
-			      "processes and\n                  release their memory; resume "
-			      "starts it again from the snapshot\n", stdout);
+			      "      --release   hibernate: stop the processes (their memory is "
+			      "released) and\n                  keep the files on disk; resume "
+			      "starts it again with the\n                  same id and files "
+			      "(its processes restarted)\n", stdout);
 		else
 			fputs("usage: moat resume ID...\n\nResume paused sandboxes: their processes "
-			      "go on where they stopped.\n", stdout);
+			      "go on where they stopped;\na hibernated one (moat pause --release) "
+			      "starts again with its files, and\nits processes must be started "
+			      "again (said on stderr).\n", stdout);
 		client_help_footer(stdout);
 		return 0;
 	}
@@ -54,8 +58,14 @@ static int life(int argc, char **argv, bool pause)
 		json_t *body = release ? json_pack("{s:b}", "release", 1) : NULL;
 		if (!path)
 			return client_fail(cmd, "out of memory");
-		int rc = moat_http_json(h, "POST", path, NULL, body, NULL, &e);
+		json_t *out = NULL;
+		int rc = moat_http_json(h, "POST", path, NULL, body, &out, &e);
 		json_decref(body);
+		const char *procs = json_string_value(json_object_get(out, "processes"));
+		if (rc == 0 && procs && !strcmp(procs, "restarted"))
+			fprintf(stderr, "moat resume: %s: it was hibernated: started again with its "
+				"files; its processes did not survive\n", argv[i]);
+		json_decref(out);
 		if (rc < 0) {
 			r = client_fail(cmd, "%s: %s", argv[i], e.msg);
 			if (strncmp(e.msg, "cannot reach", 12) == 0)

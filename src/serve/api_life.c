@@ -27,10 +27,16 @@ void api_life_route(struct evhttp_request *req, struct box *b, const char *what)
 			 (!pause || jf_bool(&e, body, "release", &release))
 		 ? 0 : -1;
 	json_decref(body);
+	/* what became of its processes: a hibernated sandbox's start again */
+	const char *procs = pause ? (release ? "stopped" : "frozen")
+			    : box_hibernated(b) ? "restarted" : "thawed";
 	if (rc == 0)
 		rc = pause ? core_pause(b, release, &e) : core_resume(b, &e);
-	if (rc < 0)
+	if (rc < 0) {
 		http_error(req, e.status, e.code, "%s", e.msg);
-	else
-		http_json(req, 200, box_json(b));
+		return;
+	}
+	json_t *o = box_json(b);
+	json_object_set_new(o, "processes", json_string(procs));
+	http_json(req, 200, o);
 }

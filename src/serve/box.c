@@ -79,6 +79,8 @@ struct box {
 	int64_t idle_used;   /* paused: how much of the idle timeout had run (ms) */
 	struct spawning *sp; /* while being created off the event loop */
 	bool respawning;     /* box_respawn: a failed spawn keeps the box */
+	bool hibernated;     /* box_hibernate: stopped, fs/ kept, paused too; its row
+			      * says "hibernated" until a respawn has finished */
 };
 
 /* A create in flight: what the engine needs until moat_jail_spawn_finish. */
@@ -198,6 +200,11 @@ bool box_paused(const struct box *b)
 	return b->paused;
 }
 
+bool box_hibernated(const struct box *b)
+{
+	return b->hibernated;
+}
+
 const char *box_pause_unavailable(void)
 {
 	return cfg.freezer ? NULL : cfg.freezer_why ? cfg.freezer_why : "no freezer";
@@ -205,7 +212,9 @@ const char *box_pause_unavailable(void)
 
 bool box_running(const struct box *b)
 {
-	return b->running;
+	/* not stopped: a hibernated one is paused to every door (its state
+	 * is "paused", a resume starts it), though it has no process */
+	return b->running || b->hibernated;
 }
 
 const char *box_fs(const struct box *b)
@@ -257,8 +266,11 @@ json_t *box_json(const struct box *b)
 	gmtime_r(&t, &tm);
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
 	json_t *o = json_pack("{s:s,s:s,s:s,s:s}", "id", b->id, "state",
-			      !b->running ? "stopped" : b->paused ? "paused" : "running",
+			      b->hibernated ? "paused" : !b->running ? "stopped"
+			      : b->paused ? "paused" : "running",
 			      "created_at", when, "workspace", WORKSPACE);
+	if (b->paused) /* released: hibernated (no process, no memory) */
+		json_object_set_new(o, "released", json_boolean(b->hibernated));
 	const char *keys[] = {"image", "image_id", "image_config", "limits", "timeout_s",
 			      "idle_timeout_s", "metadata", "network", "users", "degraded",
 			      "on_timeout", "paused_at"};
@@ -993,7 +1005,10 @@ static int save(struct box *b, struct moat_err *e)
 	json_decref(cg);
 	struct store_row r = {.id = b->id, .created_at = b->created_at, .spec = spec,
 			      .pid = b->pid, .pid_start = b->pid_start, .cgroups = cgs,
-			      .state = b->creating ? (b->pooled ? "creating-pool" : "creating")
+			      /* hibernated until a respawn has finished: a
+			       * restart finds it whole or stops what started */
+			      .state = b->hibernated ? "hibernated"
+				       : b->creating ? (b->pooled ? "creating-pool" : "creating")
 				       : !b->running ? "stopped" : b->pooled ? "pooled"
 				       : b->paused ? "paused" : "running"};
 	return store_put(&r, e);
@@ -1664,6 +1679,8 @@ static int swap_fs(struct box *b, const char *fs_from, struct moat_err *e)
 	return 0;
 }
 
+static void shift_end(struct box *b);
+
 int box_respawn(struct box *b, const char *fs_from, struct moat_err *e)
 {
 	if (b->sp || b->deleted || b->pooled)
@@ -1694,6 +1711,26 @@ int box_respawn(struct box *b, const char *fs_from, struct moat_err *e)
 		return moat_err_prefix(e, "restart of sandbox %s", b->id);
 	}
 	b->last_active = now_ms();
+	if (b->hibernated) {
+		/* awake: recorded last, so a daemon killed before this finds it
+		 * hibernated and stops what started (restore_one) */
+		crash_point("wake-spawned");
+		json_t *old = json_deep_copy(b->spec);
+		shift_end(b);
+		json_object_del(b->spec, "paused_at");
+		b->hibernated = b->paused = false;
+		if (!old || save(b, e) < 0) {
+			b->hibernated = b->paused = true;
+			if (old) {
+				json_decref(b->spec);
+				b->spec = old;
+			}
+			box_stop(b);
+			return moat_err_prefix(e, "resume of sandbox %s: record", b->id);
+		}
+		json_decref(old);
+		b->last_active = now_ms() - b->idle_used;
+	}
 	return 0;
 }
 
@@ -1775,6 +1812,35 @@ static void reconcile_freezer(struct box *b, bool paused)
 	b->paused = paused;
 }
 
+/* A hibernated sandbox has no process. One found alive was started by a
+ * resume the daemon did not finish recording (or stopped by a
+ * hibernation it did not finish): stopped, so that it is hibernated
+ * whole, its files as the processes left them. */
+static void adopt_hibernated(struct box *b, const struct store_row *r)
+{
+	b->hibernated = b->paused = true;
+	b->running = false;
+	if (r->pid > 1) {
+		b->pidfd = (int)syscall(SYS_pidfd_open, r->pid, 0);
+		/* checked after the open: the pidfd then names that very process */
+		if (b->pidfd >= 0 && start_time(r->pid) != r->pid_start) {
+			close(b->pidfd);
+			b->pidfd = -1;
+		}
+		if (b->pidfd >= 0)
+			fprintf(stderr, "moat serve: %s: recorded as hibernated, but its processes "
+				"run (a hibernation or resume did not finish): stopped\n", b->id);
+	}
+	if (b->cgroups.n) {
+		/* anything left in its cgroups goes, frozen or not */
+		struct moat_err ke = {0};
+		if (moat_cgroup_kill(&b->cgroups, &ke) < 0 && ke.errnum != ENOTSUP &&
+		    ke.errnum != ENOENT)
+			fprintf(stderr, "moat serve: %s: %s\n", b->id, ke.msg);
+	}
+	box_stop(b); /* kills by pidfd, removes the cgroups, records pid -1 */
+}
+
 struct restore_ctx {
 	struct moat_strv ids; /* every id the store names: their directories stay */
 	bool unsafe;          /* a row without a usable id: sweep no directory */
@@ -1821,6 +1887,11 @@ static void restore_one(void *arg, const struct store_row *r)
 	json_array_foreach(cg, i, v) if (json_is_string(v)) moat_strv_add(&b->cgroups,
 									   json_string_value(v));
 	json_decref(cg);
+	if (!strcmp(r->state, "hibernated")) {
+		adopt_hibernated(b, r);
+		reg_add(b);
+		return;
+	}
 	/* Is our pid 1 still there? Same pid and same start time. */
 	bool creating = !strcmp(r->state, "creating") || !strcmp(r->state, "creating-pool");
 	bool pooled = !strcmp(r->state, "pooled") || !strcmp(r->state, "creating-pool");
@@ -1938,6 +2009,42 @@ void box_restore(void)
 
 /* ---- pause and resume ---------------------------------------------------- */
 
+int box_hibernate(struct box *b, struct moat_err *e)
+{
+	if (b->paused || b->hibernated)
+		return moat_err_set(e, MOAT_E_USAGE, EALREADY, "sandbox %s is already paused",
+				    b->id);
+	if (!b->running)
+		return moat_err_set(e, MOAT_E_USAGE, EINVAL, "sandbox %s is not running", b->id);
+	if (b->sp || b->pooled || b->creating)
+		return moat_err_set(e, MOAT_E_USAGE, EINVAL, "sandbox %s is being created", b->id);
+	if (box_workspace_tmpfs(b))
+		return moat_err_set(e, MOAT_E_USAGE, EINVAL,
+				    "sandbox %s keeps its workspace in memory (limits.disk): a "
+				    "hibernation would lose it (pause it without release, or create "
+				    "it without limits.disk)", b->id);
+	int64_t idle = json_integer_value(json_object_get(b->spec, "idle_timeout_s"));
+	b->idle_used = now_ms() - b->last_active;
+	if (idle > 0 && b->idle_used > idle * 1000)
+		b->idle_used = idle * 1000;
+	/* recorded first: a daemon killed from here on finds it hibernated
+	 * and finishes the stop (adopt_hibernated), never a half of it */
+	b->hibernated = b->paused = true;
+	json_object_set_new(b->spec, "paused_at", json_integer((json_int_t)time(NULL)));
+	if (save(b, e) < 0) {
+		b->hibernated = b->paused = false;
+		json_object_del(b->spec, "paused_at");
+		return moat_err_prefix(e, "hibernate %s: record", b->id);
+	}
+	crash_point("hibernate-saved");
+	/* pid 1 killed: the kernel kills the rest of its pid namespace
+	 * before pid 1 is gone; then its cgroups (and their memory) go. Its
+	 * fs/ stays as the processes left it: that is what a resume starts */
+	box_stop(b);
+	crash_point("hibernate-stopped");
+	return 0;
+}
+
 int box_pause(struct box *b, struct moat_err *e)
 {
 	if (!b->running)
@@ -1993,6 +2100,8 @@ static void shift_end(struct box *b)
 
 int box_resume(struct box *b, struct moat_err *e)
 {
+	if (b->hibernated) /* started again from its fs/, same id and spec */
+		return box_respawn(b, NULL, e);
 	if (!b->running)
 		return moat_err_set(e, MOAT_E_USAGE, EINVAL, "sandbox %s is not running", b->id);
 	if (!b->paused)

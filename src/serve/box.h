@@ -93,6 +93,8 @@ bool box_at_limit(void);
 const char *box_id(const struct box *b);
 /* Its directory, relative to the data directory (net.log lives there). */
 const char *box_dir(const struct box *b);
+/* Not stopped: running, paused, or hibernated (box_hibernated: no
+ * process then, but a door sees a paused sandbox that resumes). */
 bool box_running(const struct box *b);
 /* Frozen by box_pause (box_running stays true: pid 1 lives on). */
 bool box_paused(const struct box *b);
@@ -105,6 +107,18 @@ bool box_paused(const struct box *b);
 int box_pause(struct box *b, struct moat_err *e);
 /* NULL when this daemon's sandboxes can be paused, else why not. */
 const char *box_pause_unavailable(void);
+/* Hibernate (pause "release"): its processes stopped (box_stop: pid 1
+ * killed, cgroups removed, so its memory is released), its fs/ kept as
+ * they left it, state "paused" with "released": true; box_resume starts
+ * it again from that fs/ (box_respawn: same id, spec, network). Recorded
+ * before the stop, cleared after the respawn: a restarted daemon finds it
+ * hibernated (and stops what a half-done step left running) or running.
+ * e->errnum: EALREADY paused already; EINVAL not running, being created,
+ * or a workspace in memory (limits.disk, lost by a stop). */
+int box_hibernate(struct box *b, struct moat_err *e);
+/* Hibernated by box_hibernate (box_paused is true too, box_running false). */
+bool box_hibernated(const struct box *b);
+/* Thaw a paused sandbox, or start a hibernated one again (box_respawn). */
 int box_resume(struct box *b, struct moat_err *e);
 json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);

@@ -151,6 +151,18 @@ int box_pause(struct box *b, struct moat_err *e)
 	return 0;
 }
 
+/* A hibernation here is a pause (no process to stop in this fuzzer). */
+int box_hibernate(struct box *b, struct moat_err *e)
+{
+	return box_pause(b, e);
+}
+
+bool box_hibernated(const struct box *b)
+{
+	(void)b;
+	return false;
+}
+
 int box_resume(struct box *b, struct moat_err *e)
 {
 	if (!b->paused)

@@ -70,7 +70,8 @@ int main(int argc, char **argv)
 		return exec_sibling("moat-serve", argv);
 	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
 					     "patch", "rm", "ps", "kill", "mcp", "pause",
-					     "resume", NULL};
+					     "resume", "image", "snapshot", "fork", "restore",
+					     NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

@@ -192,8 +192,12 @@ int image_pull(int argc, char **argv)
 				   .body_len = strlen(text), .content_type = "application/json"};
 	struct xfer x;
 	xfer_init(&x, ref);
-	int r = run(h, &rq, &x, &e) < 0 ? client_fail(cmd, "%s: %s", ref, e.msg)
-					: finish(&x, cmd, "pulled");
+	int r = 0;
+	if (run(h, &rq, &x, &e) < 0) /* the daemon's message names the ref, mostly */
+		r = strstr(e.msg, ref) ? client_fail_err(cmd, &e)
+				       : client_fail(cmd, "%s: %s", ref, e.msg);
+	else
+		r = finish(&x, cmd, "pulled");
 	xfer_free(&x);
 	return r;
 }

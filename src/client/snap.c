@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Parse --help (printing help) and the options opts[] other than it into
  * vals[i] (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
@@ -21,7 +22,8 @@ static int parse(int argc, char **argv, const char *cmd, const char *help,
 {
 	optind = 0;
 	int c, idx = 0;
-	while ((c = getopt_long(argc, argv, "+:h", opts, &idx)) != -1) {
+	/* permuted: options may follow the ids */
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
 		if (c == 'h') {
 			fputs(help, stdout);
 			client_help_footer(stdout);
@@ -56,11 +58,88 @@ static int print_json(const char *cmd, json_t *o)
 
 /* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
 
+/* ---- moat snapshot export SID -o FILE ------------------------------------ */
+
+static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
+{
+	return client_write(arg, data, n, e);
+}
+
+static int snap_export(int argc, char **argv)
+{
+	const char *cmd = "snapshot export";
+	static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *vals[2] = {0};
+	optind = 0;
+	int c, idx = 0;
+	/* permuted: -o may follow the id */
+	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs("usage: moat snapshot export ID|NAME -o FILE\n\n"
+			      "Write a snapshot as an OCI archive (its image's layers and the\n"
+			      "snapshot's changes as one more layer) to FILE, made whole or not at\n"
+			      "all; `moat image import FILE` on another host brings it back.\n\n"
+			      "  -o, --output FILE   where (- for stdout)\n", stdout);
+			client_help_footer(stdout);
+			return 0;
+		}
+		if (c == 'o')
+			vals[0] = optarg;
+		else
+			return client_bad_option(cmd, c, argv);
+	}
+	if (optind + 1 != argc || !vals[0] || !*vals[0])
+		return client_fail(cmd, "expected a snapshot and -o FILE (usage: moat snapshot "
+				   "export ID -o FILE)");
+	const char *ref = argv[optind], *out = vals[0];
+	bool to_stdout = !strcmp(out, "-");
+	_cleanup_free_ char *part = NULL;
+	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
+		return client_fail(cmd, "out of memory");
+	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
+	if (!f)
+		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	struct moat_err e = {0};
+	int r = 0;
+	struct moat_http *h = moat_http_new(&e);
+	_cleanup_free_ char *er = h ? moat_http_escape(h, ref) : NULL;
+	_cleanup_free_ char *path = NULL;
+	if (er && asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
+		path = NULL;
+	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "application/x-tar",
+				   .sink = to_file, .sink_arg = f};
+	struct moat_http_resp rs = {0};
+	if (!h)
+		r = client_fail_err(cmd, &e);
+	else if (!path)
+		r = client_fail(cmd, "out of memory");
+	else if (moat_http_do(h, &rq, &rs, &e) < 0)
+		r = client_fail(cmd, "%s: %s", ref, e.msg);
+	else if (!rs.streamed)
+		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", ref, e.msg));
+	moat_http_resp_free(&rs);
+	moat_http_free(h);
+	if (to_stdout)
+		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
+								    strerror(errno)) : r;
+	if (fclose(f) != 0 && r == 0)
+		r = client_fail(cmd, "%s: %s", part, strerror(errno));
+	if (r == 0 && rename(part, out) != 0)
+		r = client_fail(cmd, "%s: %s", out, strerror(errno));
+	if (r != 0)
+		unlink(part);
+	return r;
+}
+
 static const char snapshot_help[] =
 	"usage: moat snapshot ID [--name NAME]   snapshot sandbox ID, print the snapshot's id\n"
 	"       moat snapshot ls [--json]        list the snapshots\n"
 	"       moat snapshot inspect ID|NAME    one snapshot (JSON)\n"
 	"       moat snapshot rm ID|NAME...      remove snapshots\n"
+	"       moat snapshot export ID -o FILE  write it as an OCI archive (moat image\n"
+	"                                        import FILE on another host)\n"
 	"\n"
 	"A snapshot freezes a sandbox's files (its workspace and, for an image\n"
 	"sandbox, the changes to the image's root); the sandbox keeps running.\n"
@@ -234,8 +313,7 @@ int moat_client_snapshot(int argc, char **argv)
 		return 0;
 	}
 	if (argc >= 2 && !strcmp(argv[1], "export"))
-		return client_fail("snapshot", "export is not available yet: this moat serve "
-				   "has no GET /v1/snapshots/{sid}/export");
+		return snap_export(argc - 1, argv + 1);
 	return snap_take(argc, argv);
 }
 

@@ -47,6 +47,8 @@ static void usage(FILE *f)
 	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
 	      "  token [--write FILE]                a new API token for serve (e2b_ + 40 hex)\n"
 	      "  create | ls | exec | attach | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
+	      "  pause | resume | snapshot | fork | restore   a sandbox frozen, saved, copied\n"
+	      "  image pull | import | ls | inspect | rm      the image store of moat serve\n"
 	      "  mcp                                 MCP over stdio, for MCP hosts (docs/mcp.md)\n"
 	      "  version                             print the version\n"
 	      "\n"

@@ -7,6 +7,7 @@ under the data directory, the cgroup freezer's state) or moat's own /v1
 API, not through the CLI's own output alone."""
 import json
 import os
+import pty
 import subprocess
 import sys
 import tarfile
@@ -111,6 +112,37 @@ def test_pull_runs_lists_and_removes(d, pushed, oci_images):
     assert digest not in store_images(d)
     assert digest[:19] not in ok(cli(d, "image", "ls"))
     failed(cli(d, "image", "inspect", ref), ref, "404")
+
+
+def test_pull_progress_on_a_terminal(d, registry, oci_images):
+    """stderr a terminal: one line rewritten in place (\\r, erase), ending
+    with the final line; stdout (not a terminal) only the id."""
+    ref = registry.push(oci_images["multi"], "moat/cli-tty")
+    _, _, digest = fixture.layout_image(oci_images["multi"])
+    master, slave = pty.openpty()
+    env = dict(os.environ, MOAT_URL=f"http://127.0.0.1:{d.port}")
+    p = subprocess.Popen([MOAT, "image", "pull", "--insecure", ref], stdout=subprocess.PIPE,
+                         stderr=slave, stdin=subprocess.DEVNULL, env=env)
+    os.close(slave)
+    err = b""
+    while True:
+        try:
+            chunk = os.read(master, 65536)
+        except OSError:  # EIO: the last writer closed the terminal
+            break
+        if not chunk:
+            break
+        err += chunk
+    os.close(master)
+    out = p.stdout.read().decode()
+    p.stdout.close()
+    assert p.wait(60) == 0, err
+    assert out == digest + "\n"
+    assert b"\r\x1b[K" + ref.encode() + b": layers " in err, err
+    assert b"/2, " in err, err
+    # the last thing on the terminal is the final line, alone
+    assert err.rsplit(b"\r\x1b[K", 1)[-1].startswith(b"pulled "), err
+    ok(cli(d, "image", "rm", ref))
 
 
 def test_pull_refusals_name_the_culprit(d, registry, pushed):
@@ -272,6 +304,11 @@ def test_snapshot_export_then_import(d, tmp_path):
     assert img in store_images(d)
     ok(cli(d, "rm", sid))
     ok(cli(d, "snapshot", "rm", snap))
+
+
+def test_snapshot_export_python_free(d):
+    """--help and usage errors of export need no route."""
+    failed(cli(d, "snapshot", "export", "x"), "-o FILE")
 
 
 # ---- pause ------------------------------------------------------------------------

@@ -231,6 +231,28 @@ static int import_open(const char *path, FILE **f, long long *len, pid_t *pid,
 	return 0;
 }
 
+/* The tar's child, reaped at the upload's end: a tar it could not finish
+ * aborts the request, so the daemon never imports a cut one. */
+struct tarjob {
+	pid_t pid;
+	const char *dir;
+	bool reaped;
+	int rc;
+	struct moat_err err;
+};
+
+static int tar_done(void *arg, struct moat_err *e)
+{
+	struct tarjob *t = arg;
+	if (!t->reaped) {
+		t->rc = tardir_wait(t->pid, t->dir, &t->err);
+		t->reaped = true;
+	}
+	if (t->rc < 0)
+		*e = t->err;
+	return t->rc;
+}
+
 int image_import(int argc, char **argv)
 {
 	const char *cmd = "image import";
@@ -270,9 +292,11 @@ int image_import(int argc, char **argv)
 	if (import_open(path, &f, &len, &pid, &e) < 0)
 		return client_fail_err(cmd, &e);
 	const char *query[] = {"name", name, NULL};
+	struct tarjob tj = {.pid = pid, .dir = path};
 	struct moat_http_req rq = {.method = "POST", .path = "/v1/images/import",
 				   .query = name ? query : NULL, .upload = f, .upload_len = len,
-				   .content_type = "application/x-tar"};
+				   .content_type = "application/x-tar",
+				   .upload_eof = pid ? tar_done : NULL, .upload_arg = &tj};
 	struct xfer x;
 	xfer_init(&x, path);
 	struct moat_http *h = moat_http_new(&e);
@@ -280,10 +304,10 @@ int image_import(int argc, char **argv)
 	moat_http_free(h);
 	fclose(f); /* the tar's child, if it still writes, gets EPIPE */
 	struct moat_err te = {0};
-	int tr = pid ? tardir_wait(pid, path, &te) : 0;
+	int tr = pid ? tar_done(&tj, &te) : 0;
 	int r;
 	if (tr < 0 && (rc == 0 || te.kind == MOAT_E_USAGE))
-		r = client_fail_err(cmd, &te); /* the tar failed: the server saw a cut one */
+		r = client_fail_err(cmd, &te); /* the tar failed: the request was aborted */
 	else if (rc < 0)
 		r = client_fail(cmd, "%s: %s", path, e.msg);
 	else

@@ -191,6 +191,24 @@ def test_import_layout_dir_and_archive(d, oci_images, tmp_path):
     assert digest not in store_images(d)
 
 
+def test_import_of_a_dir_the_tar_cannot_finish_stores_nothing(d, oci_images, tmp_path):
+    """A directory the client cannot tar whole (here a FIFO in it): the
+    upload is aborted (http.c's upload_eof), nothing is stored, the error
+    names the entry. (The tar writer's unflushed last block already cuts the
+    tar's last entry, so this passes without the abort too: it guards the
+    behaviour, it does not prove the hunk.)"""
+    import shutil
+    lay = tmp_path / "lay"
+    shutil.copytree(oci_images["one"], lay)
+    fifo = "zz-fifo"
+    os.mkfifo(lay / fifo)
+    before = store_images(d)
+    err = failed(cli(d, "image", "import", lay, "--name", "cli-cut:1"), fifo,
+                 "not a file, directory or symlink")
+    assert "imported" not in err
+    assert store_images(d) == before
+
+
 def test_import_refusals(d, tmp_path):
     before = store_images(d)
     failed(cli(d, "image", "import", tmp_path / "absent"), str(tmp_path / "absent"))

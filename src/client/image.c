@@ -16,17 +16,17 @@
 
 static void image_usage(FILE *f)
 {
-	fputs("usage: moat image COMMAND ...\n"
+	fputs("usage: moat image pull [--insecure] REF       pull from an OCI registry\n"
+	      "       moat image import [--name NAME] PATH  an OCI layout dir, OCI archive\n"
+	      "                                             or `docker save` tar\n"
+	      "       moat image ls [--json]                list the images\n"
+	      "       moat image inspect NAME|DIGEST        an image's details (JSON)\n"
+	      "       moat image rm NAME|DIGEST...          remove names (a digest: the image)\n"
 	      "\n"
-	      "The image store of moat serve.\n"
-	      "\n"
-	      "  pull REF [--insecure]       pull an image from an OCI registry\n"
-	      "  import PATH [--name NAME]   import an OCI layout directory, an OCI archive\n"
-	      "                              or a `docker save` tar\n"
-	      "  ls [--json]                 list the images\n"
-	      "  inspect NAME|DIGEST         an image's details (JSON)\n"
-	      "  rm NAME|DIGEST...           remove names (a digest: the image)\n"
-	      "\n`moat image COMMAND --help` lists a command's options.\n", f);
+	      "The image store of moat serve. pull and import print the image's id (its\n"
+	      "manifest digest) and show progress on stderr; a sandbox starts from an\n"
+	      "image with moat create's image option (a name or the digest).\n"
+	      "`moat image COMMAND --help` lists a command's options.\n", f);
 	client_help_footer(f);
 }
 

@@ -143,7 +143,7 @@ static const char snapshot_help[] =
 	"\n"
 	"A snapshot freezes a sandbox's files (its workspace and, for an image\n"
 	"sandbox, the changes to the image's root); the sandbox keeps running.\n"
-	"`moat create --image snapshot:SID` (or the snapshot's name) starts a sandbox\n"
+	"A create whose image is snapshot:SID (or the snapshot's name) starts a sandbox\n"
 	"from one; moat restore puts one back; moat fork copies a sandbox now.\n"
 	"Processes are not part of a snapshot.\n"
 	"\n"

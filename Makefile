@@ -32,7 +32,7 @@ GATE_LIBS  := -levent -levent_openssl -lssl -lcrypto
 # even when no gateway starts.
 GATE_RULES := src/gate/policy.c src/gate/addr.c
 SERVE_LIBS := -levent -lsqlite3 -larchive -lcurl
-CLIENT_LIBS := -lcurl -lcrypto
+CLIENT_LIBS := -lcurl -larchive -lcrypto
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 

@@ -47,6 +47,8 @@ static void usage(FILE *f)
 	      "  serve [--listen ADDR:PORT] [--data DIR]  long-lived sandboxes over an HTTP API\n"
 	      "  token [--write FILE]                a new API token for serve (e2b_ + 40 hex)\n"
 	      "  create | ls | exec | attach | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
+	      "  pause | resume | snapshot | fork | restore   freeze, save, copy a sandbox\n"
+	      "  image pull|import|ls|inspect|rm    the image store of moat serve\n"
 	      "  mcp                                 MCP over stdio, for MCP hosts (docs/mcp.md)\n"
 	      "  version                             print the version\n"
 	      "\n"
@@ -70,7 +72,8 @@ int main(int argc, char **argv)
 		return exec_sibling("moat-serve", argv);
 	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
 					     "patch", "rm", "ps", "kill", "mcp", "pause",
-					     "resume", NULL};
+					     "resume", "image", "snapshot", "fork", "restore",
+					     NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

@@ -21,6 +21,10 @@ int moat_client_kill(int argc, char **argv);
 int moat_client_cp(int argc, char **argv);
 int moat_client_patch(int argc, char **argv);
 int moat_client_mcp(int argc, char **argv);
+int moat_client_image(int argc, char **argv);
+int moat_client_snapshot(int argc, char **argv);
+int moat_client_fork(int argc, char **argv);
+int moat_client_restore(int argc, char **argv);
 
 static inline void client_json_decrefp(json_t **j)
 {

@@ -172,6 +172,7 @@ struct xfer {
 	bool sink_failed;
 	bool too_large;
 	bool read_failed;
+	bool upload_refused; /* upload_eof said no: e is filled */
 };
 
 bool moat_http_is_stream(CURL *c, const char *type)
@@ -213,6 +214,10 @@ static size_t on_read(char *buf, size_t size, size_t nitems, void *arg)
 	size_t n = fread(buf, 1, size * nitems, x->rq->upload);
 	if (n == 0 && ferror(x->rq->upload)) {
 		x->read_failed = true;
+		return CURL_READFUNC_ABORT;
+	}
+	if (n == 0 && x->rq->upload_eof && x->rq->upload_eof(x->rq->upload_arg, x->e) < 0) {
+		x->upload_refused = true;
 		return CURL_READFUNC_ABORT;
 	}
 	return n;
@@ -325,8 +330,8 @@ int moat_http_do(struct moat_http *h, const struct moat_http_req *rq,
 	if (rc != CURLE_OK) {
 		int r;
 		const char *why = h->errbuf[0] ? h->errbuf : curl_easy_strerror(rc);
-		if (x.sink_failed)
-			r = -1; /* the sink filled e */
+		if (x.sink_failed || x.upload_refused)
+			r = -1; /* the sink or upload_eof filled e */
 		else if (x.too_large)
 			r = moat_err_set(e, MOAT_E_SYSTEM, 0,
 					 "the answer from %s is too large", h->url);

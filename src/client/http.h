@@ -64,7 +64,12 @@ struct moat_http_req {
 	const char *body;          /* raw body (body_len bytes) or NULL */
 	size_t body_len;
 	FILE *upload;              /* or stream this file of upload_len bytes */
-	long long upload_len;
+	long long upload_len;      /* -1: unknown, sent chunked */
+	/* When set, called at the upload's end of file, before curl is told:
+	 * -1 aborts the request (its producer failed: the server must not take
+	 * a cut body as a whole one), e filled. */
+	int (*upload_eof)(void *arg, struct moat_err *e);
+	void *upload_arg;
 	const char *content_type;
 	const char *accept;
 	/* When set, a 2xx answer whose Content-Type starts with stream_type

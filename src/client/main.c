@@ -21,6 +21,10 @@ static const struct {
 	{"rm", moat_client_rm, "remove sandboxes"},
 	{"pause", moat_client_pause, "pause sandboxes (freeze their processes)"},
 	{"resume", moat_client_resume, "resume paused sandboxes"},
+	{"image", moat_client_image, "pull, import, list, inspect and remove images"},
+	{"snapshot", moat_client_snapshot, "snapshot a sandbox's filesystem; list, remove them"},
+	{"fork", moat_client_fork, "new sandboxes whose files are copies of one's now"},
+	{"restore", moat_client_restore, "put a sandbox's files back as a snapshot had them"},
 	{"mcp", moat_client_mcp, "serve MCP over stdio (a relay to moat serve's /mcp)"},
 };
 

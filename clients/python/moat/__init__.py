@@ -11,10 +11,13 @@ from .backend import (ExecuteResponse, FileDownloadResponse,
                       FileUploadResponse)
 from .client import (DEFAULT_URL, Client, ExecResult, FileInfo, Files, Process,
                      ProcessOutput, Sandbox, StreamEvent)
-from .errors import (Conflict, Forbidden, InternalError, InvalidPath,
-                     InvalidRequest, IsDirectory, LimitReached, MethodNotAllowed,
-                     MoatConnectionError, MoatError, NotFound, PatchFailed,
-                     TooLarge, Unauthorized, UnsupportedMediaType)
+from .errors import (Conflict, Forbidden, InsufficientStorage, InternalError,
+                     InvalidImage, InvalidPath, InvalidRequest, IsDirectory,
+                     LimitReached, MethodNotAllowed, MoatConnectionError,
+                     MoatError, NotFound, PatchFailed, Paused, PauseUnavailable,
+                     RegistryError, TooLarge, Unauthorized,
+                     UnsupportedMediaType)
+from .store import Image, Images, Progress, Snapshot, Snapshots
 
 __version__ = "0.1.0"
 
@@ -25,5 +28,7 @@ __all__ = [
     "MoatError", "MoatConnectionError", "InvalidRequest", "InvalidPath",
     "IsDirectory", "Unauthorized", "Forbidden", "NotFound", "MethodNotAllowed",
     "Conflict", "TooLarge", "UnsupportedMediaType", "PatchFailed",
-    "LimitReached", "InternalError",
+    "LimitReached", "InternalError", "InvalidImage", "PauseUnavailable",
+    "Paused", "RegistryError", "InsufficientStorage",
+    "Image", "Images", "Progress", "Snapshot", "Snapshots",
 ]

@@ -17,6 +17,7 @@ from . import backend as _backend
 from .backend import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from .errors import (Conflict, MoatConnectionError, MoatError, NotFound,
                      error_from_response)
+from .store import Image, Images, Snapshot, Snapshots, image_ref, snapshot_ref
 
 __all__ = [
     "Client",
@@ -198,6 +199,16 @@ class Client:
                             timeout).json()
 
     # -- service -----------------------------------------------------------
+
+    @property
+    def images(self) -> Images:
+        """The daemon's image store (pull, import_, list, inspect, remove)."""
+        return Images(self)
+
+    @property
+    def snapshots(self) -> Snapshots:
+        """The daemon's snapshots (list, get, delete)."""
+        return Snapshots(self)
 
     def health(self) -> Dict[str, Any]:
         """``GET /healthz`` (no auth needed)."""
@@ -463,6 +474,22 @@ class Files:
 
 # -- sandboxes -----------------------------------------------------------------
 
+class _class_or_instance:
+    """A method with two meanings: ``on_class`` (called with the class first)
+    when looked up on the class, ``on_instance`` on an instance."""
+
+    def __init__(self, on_class: Any, on_instance: Any):
+        self.on_class = on_class
+        self.on_instance = on_instance
+        self.__doc__ = "%s\n\nOn an instance: %s" % (
+            on_class.__doc__ or "", on_instance.__doc__ or "")
+
+    def __get__(self, obj: Any, cls: Any = None) -> Any:
+        if obj is None:
+            return self.on_class.__get__(cls, type(cls))
+        return self.on_instance.__get__(obj, cls)
+
+
 class Sandbox:
     """A sandbox served by moat.  Use :meth:`create`, :meth:`connect` or
     :meth:`list`; as a context manager, leaving the block deletes it."""
@@ -494,7 +521,7 @@ class Sandbox:
 
     @classmethod
     def create(cls, manifest: Optional[Mapping[str, Any]] = None,
-               image: Optional[str] = None,
+               image: Union[str, Image, Snapshot, None] = None,
                env: Optional[Mapping[str, str]] = None,
                limits: Optional[Mapping[str, Any]] = None,
                metadata: Optional[Mapping[str, str]] = None,
@@ -502,8 +529,14 @@ class Sandbox:
                idle_timeout_s: Optional[int] = None,
                url: Optional[str] = None, token: Optional[str] = None,
                client: Optional[Client] = None) -> "Sandbox":
-        """``POST /v1/sandboxes``: only the arguments given are sent."""
+        """``POST /v1/sandboxes``: only the arguments given are sent.
+
+        ``image``: "host", a root filesystem directory, an image of the store
+        (a name, a digest or an :class:`Image`: its config becomes the
+        sandbox's defaults), or a snapshot (``"snapshot:<sid>"``, its name, or
+        a :class:`Snapshot`): the sandbox starts with its files."""
         client = client or Client(url, token)
+        image = image_ref(image)
         body: Dict[str, Any] = {}
         for key, val in (("manifest", manifest), ("image", image),
                          ("env", env), ("limits", limits),
@@ -558,6 +591,54 @@ class Sandbox:
         self.client.request("DELETE", self._path())
         self._deleted = True
 
+    def _update(self, info: Any) -> None:
+        if isinstance(info, Mapping) and info.get("id") == self.id:
+            self.info = dict(info)
+
+    # -- snapshots, fork, pause ---------------------------------------------
+
+    def snapshot(self, name: Optional[str] = None) -> Snapshot:
+        """Freeze this sandbox's files into a snapshot (it keeps running).
+        ``name``: unique (Conflict when taken).  InsufficientStorage when
+        there is no room; Conflict for a ``limits.disk`` sandbox."""
+        body = {} if name is None else {"name": name}
+        return Snapshot._from(self.client.request_json(
+            "POST", self._path() + "/snapshots", body))
+
+    def restore(self, snapshot: Union[str, Snapshot]) -> "Sandbox":
+        """Put back the files of ``snapshot`` (a Snapshot, an id or a name):
+        whatever was written since is gone.  The sandbox's processes are
+        restarted (none survive).  Answers self, refreshed."""
+        obj = self.client.request_json("POST", self._path() + "/restore",
+                                       {"snapshot": snapshot_ref(snapshot)})
+        self._update((obj or {}).get("sandbox"))
+        return self
+
+    def fork(self, count: int = 1) -> List["Sandbox"]:
+        """``count`` (1..32) new sandboxes whose files start as copies of this
+        one's now, all or none.  Processes are not copied."""
+        if isinstance(count, bool) or not isinstance(count, int):
+            raise TypeError("fork: count must be an int, got %r" % (count,))
+        obj = self.client.request_json("POST", self._path() + "/fork",
+                                       {"count": count})
+        return [Sandbox(self.client, s) for s in (obj or {}).get("sandboxes", [])]
+
+    def pause(self, release: bool = False) -> "Sandbox":
+        """Freeze every process (cgroup freezer) until :meth:`resume`; its
+        idle and lifetime clocks stop and other calls answer
+        :class:`~moat.errors.Paused`.  ``release``: hibernate (snapshot the
+        files, stop the processes, free their memory) where the daemon
+        supports it.  Answers self, refreshed (``state == "paused"``)."""
+        body = {"release": True} if release else None
+        self._update(self.client.request_json("POST", self._path() + "/pause", body))
+        return self
+
+    def _resume_paused(self) -> "Sandbox":
+        """Thaw a paused sandbox: its processes go on where they stopped.
+        Answers self, refreshed."""
+        self._update(self.client.request_json("POST", self._path() + "/resume"))
+        return self
+
     # -- session state -----------------------------------------------------
 
     def session_state(self) -> Dict[str, Any]:
@@ -566,8 +647,7 @@ class Sandbox:
         the API token: the resuming side brings its own."""
         return _backend.session_state(self.id, self.client.url)
 
-    @classmethod
-    def resume(cls, state: Mapping[str, Any], url: Optional[str] = None,
+    def _resume_session(cls, state: Mapping[str, Any], url: Optional[str] = None,
                token: Optional[str] = None, client: Optional[Client] = None,
                allow_other_daemon: bool = False) -> "Sandbox":
         """Reattach to the live sandbox a :meth:`session_state` describes,
@@ -596,6 +676,10 @@ class Sandbox:
                            "delete() is useful now" % (sid, sb.state, client.url),
                            status=409, code="conflict")
         return sb
+
+    # Sandbox.resume(state) reattaches to a session state (a class call);
+    # sb.resume() resumes a paused sandbox (an instance call).
+    resume = _class_or_instance(_resume_session, _resume_paused)
 
     # -- Deep Agents backend -----------------------------------------------
 

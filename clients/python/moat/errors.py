@@ -27,6 +27,11 @@ __all__ = [
     "PatchFailed",
     "LimitReached",
     "InternalError",
+    "InvalidImage",
+    "PauseUnavailable",
+    "Paused",
+    "RegistryError",
+    "InsufficientStorage",
     "error_from_response",
 ]
 
@@ -116,6 +121,28 @@ class InternalError(MoatError):
     """500 internal."""
 
 
+class InvalidImage(MoatError):
+    """422 invalid_image: a blob whose digest or size is not the manifest's,
+    or an archive that is not an image; nothing was stored."""
+
+
+class PauseUnavailable(MoatError):
+    """422 pause_unavailable: the daemon has no cgroup freezer to pause with."""
+
+
+class Paused(Conflict):
+    """409 paused: the sandbox is paused; resume() it first."""
+
+
+class RegistryError(MoatError):
+    """502 registry_error: the registry failed or answered nonsense."""
+
+
+class InsufficientStorage(MoatError):
+    """507 insufficient_storage: the store is over --store-max, or the disk
+    is full; nothing was stored."""
+
+
 _BY_CODE: Dict[str, Type[MoatError]] = {
     "invalid_request": InvalidRequest,
     "invalid_path": InvalidPath,
@@ -130,6 +157,11 @@ _BY_CODE: Dict[str, Type[MoatError]] = {
     "patch_failed": PatchFailed,
     "limit_reached": LimitReached,
     "internal": InternalError,
+    "invalid_image": InvalidImage,
+    "pause_unavailable": PauseUnavailable,
+    "paused": Paused,
+    "registry_error": RegistryError,
+    "insufficient_storage": InsufficientStorage,
 }
 
 # Used when the body carries no (known) code.
@@ -145,6 +177,8 @@ _BY_STATUS: Dict[int, Type[MoatError]] = {
     422: PatchFailed,
     429: LimitReached,
     500: InternalError,
+    502: RegistryError,
+    507: InsufficientStorage,
 }
 
 

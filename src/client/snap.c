@@ -1,0 +1,396 @@
+/* moat snapshot / fork / restore: a sandbox's filesystem saved, copied
+ * and put back (docs/API.md "Snapshots"). */
+#define _GNU_SOURCE
+#include "client.h"
+#include "http.h"
+#include "image.h"
+
+#include "../base/cleanup.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+/* Parse --help (printing help) and the options opts[] other than it into
+ * vals[i] (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
+static int parse(int argc, char **argv, const char *cmd, const char *help,
+		 const struct option *opts, const char **vals)
+{
+	optind = 0;
+	int c, idx = 0;
+	/* permuted: options may follow the ids */
+	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs(help, stdout);
+			client_help_footer(stdout);
+			return 1;
+		}
+		if (c == '?' || c == ':')
+			return client_bad_option(cmd, c, argv);
+		vals[idx] = optarg ? optarg : "1";
+	}
+	return 0;
+}
+
+static const struct option help_only[] = {{"help", no_argument, NULL, 'h'},
+					  {NULL, 0, NULL, 0}};
+
+static char *snap_path(struct moat_http *h, const char *ref)
+{
+	_cleanup_free_ char *er = moat_http_escape(h, ref);
+	char *p;
+	if (!er || asprintf(&p, "/v1/snapshots/%s", er) < 0)
+		return NULL;
+	return p;
+}
+
+static int print_json(const char *cmd, json_t *o)
+{
+	if (json_dumpf(o, stdout, JSON_INDENT(2)) < 0 || putchar('\n') == EOF ||
+	    fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+/* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
+
+/* ---- moat snapshot export SID -o FILE ------------------------------------ */
+
+static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
+{
+	return client_write(arg, data, n, e);
+}
+
+static int snap_export(int argc, char **argv)
+{
+	const char *cmd = "snapshot export";
+	static const struct option opts[] = {{"output", required_argument, NULL, 'o'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *vals[2] = {0};
+	optind = 0;
+	int c, idx = 0;
+	/* permuted: -o may follow the id */
+	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs("usage: moat snapshot export ID|NAME -o FILE\n\n"
+			      "Write a snapshot as an OCI archive (its image's layers and the\n"
+			      "snapshot's changes as one more layer) to FILE, made whole or not at\n"
+			      "all; `moat image import FILE` on another host brings it back.\n\n"
+			      "  -o, --output FILE   where (- for stdout)\n", stdout);
+			client_help_footer(stdout);
+			return 0;
+		}
+		if (c == 'o')
+			vals[0] = optarg;
+		else
+			return client_bad_option(cmd, c, argv);
+	}
+	if (optind + 1 != argc || !vals[0] || !*vals[0])
+		return client_fail(cmd, "expected a snapshot and -o FILE (usage: moat snapshot "
+				   "export ID -o FILE)");
+	const char *ref = argv[optind], *out = vals[0];
+	bool to_stdout = !strcmp(out, "-");
+	_cleanup_free_ char *part = NULL;
+	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
+		return client_fail(cmd, "out of memory");
+	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
+	if (!f)
+		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	struct moat_err e = {0};
+	int r = 0;
+	struct moat_http *h = moat_http_new(&e);
+	_cleanup_free_ char *er = h ? moat_http_escape(h, ref) : NULL;
+	_cleanup_free_ char *path = NULL;
+	if (er && asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
+		path = NULL;
+	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "application/x-tar",
+				   .sink = to_file, .sink_arg = f};
+	struct moat_http_resp rs = {0};
+	if (!h)
+		r = client_fail_err(cmd, &e);
+	else if (!path)
+		r = client_fail(cmd, "out of memory");
+	else if (moat_http_do(h, &rq, &rs, &e) < 0)
+		r = client_fail(cmd, "%s: %s", ref, e.msg);
+	else if (!rs.streamed)
+		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", ref, e.msg));
+	moat_http_resp_free(&rs);
+	moat_http_free(h);
+	if (to_stdout)
+		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
+								    strerror(errno)) : r;
+	if (fclose(f) != 0 && r == 0)
+		r = client_fail(cmd, "%s: %s", part, strerror(errno));
+	if (r == 0 && rename(part, out) != 0)
+		r = client_fail(cmd, "%s: %s", out, strerror(errno));
+	if (r != 0)
+		unlink(part);
+	return r;
+}
+
+static const char snapshot_help[] =
+	"usage: moat snapshot ID [--name NAME]   snapshot sandbox ID, print the snapshot's id\n"
+	"       moat snapshot ls [--json]        list the snapshots\n"
+	"       moat snapshot inspect ID|NAME    one snapshot (JSON)\n"
+	"       moat snapshot rm ID|NAME...      remove snapshots\n"
+	"       moat snapshot export ID -o FILE  write it as an OCI archive (moat image\n"
+	"                                        import FILE on another host)\n"
+	"\n"
+	"A snapshot freezes a sandbox's files (its workspace and, for an image\n"
+	"sandbox, the changes to the image's root); the sandbox keeps running.\n"
+	"A create whose image is snapshot:SID (or the snapshot's name) starts a sandbox\n"
+	"from one; moat restore puts one back; moat fork copies a sandbox now.\n"
+	"Processes are not part of a snapshot.\n"
+	"\n"
+	"      --name NAME   a unique name to refer to the snapshot by\n";
+
+
+static int snap_take(int argc, char **argv)
+{
+	const char *cmd = "snapshot";
+	static const struct option opts[] = {{"name", required_argument, NULL, 'n'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *vals[2] = {0};
+	int r = parse(argc, argv, cmd, snapshot_help, opts, vals);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind + 1 != argc)
+		return client_fail(cmd, "expected one sandbox id (usage: moat snapshot ID "
+				   "[--name NAME])");
+	_cleanup_json_ json_t *body = json_object();
+	if (!body || (vals[0] && json_object_set_new(body, "name", json_string(vals[0]))))
+		return client_fail(cmd, "--name '%s': not valid UTF-8", vals[0]);
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *path = moat_http_sandbox_path(h, argv[optind], "/snapshots");
+	_cleanup_json_ json_t *ans = NULL;
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	if (moat_http_json(h, "POST", path, NULL, body, &ans, &e) < 0)
+		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
+	const char *id = json_string_value(json_object_get(ans, "id"));
+	if (!id)
+		return client_fail(cmd, "the answer from %s has no snapshot id", moat_http_url(h));
+	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+/* ---- moat snapshot ls [--json] -------------------------------------------- */
+
+static const char *str_or(json_t *o, const char *key, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : dflt;
+}
+
+static int print_snaps(json_t *list)
+{
+	int wid = 2, wname = 4, wsb = 7;
+	size_t i;
+	json_t *s;
+	json_array_foreach(list, i, s) {
+		int a = (int)strlen(str_or(s, "id", "?")), b = (int)strlen(str_or(s, "name", "-")),
+		    c = (int)strlen(str_or(s, "sandbox_id", "-"));
+		wid = a > wid ? a : wid;
+		wname = b > wname ? b : wname;
+		wsb = c > wsb ? c : wsb;
+	}
+	if (printf("%-*s  %-*s  %-*s  %-9s  %-7s  %s\n", wid, "ID", wname, "NAME", wsb,
+		   "SANDBOX", "SIZE", "BACKEND", "CREATED") < 0)
+		return -1;
+	json_array_foreach(list, i, s) {
+		char size[32];
+		image_size_text(json_integer_value(json_object_get(s, "size")), size, sizeof size);
+		if (printf("%-*s  %-*s  %-*s  %-9s  %-7s  %s\n", wid, str_or(s, "id", "?"), wname,
+			   str_or(s, "name", "-"), wsb, str_or(s, "sandbox_id", "-"), size,
+			   str_or(s, "backend", "?"), str_or(s, "created_at", "?")) < 0)
+			return -1;
+	}
+	return 0;
+}
+
+static int snap_ls(int argc, char **argv)
+{
+	const char *cmd = "snapshot ls";
+	static const struct option opts[] = {{"json", no_argument, NULL, 'j'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *vals[2] = {0};
+	int r = parse(argc, argv, cmd, "usage: moat snapshot ls [--json]\n\n"
+		      "List the snapshots of moat serve.\n\n"
+		      "      --json   print the server's JSON answer\n", opts, vals);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind < argc)
+		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	_cleanup_json_ json_t *ans = NULL;
+	if (!h || moat_http_json(h, "GET", "/v1/snapshots", NULL, NULL, &ans, &e) < 0)
+		return client_fail_err(cmd, &e);
+	json_t *list = json_object_get(ans, "snapshots");
+	if (!json_is_array(list))
+		return client_fail(cmd, "the answer from %s has no snapshot list", moat_http_url(h));
+	if (vals[0])
+		return print_json(cmd, ans);
+	if (print_snaps(list) < 0 || fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+/* ---- moat snapshot rm / inspect ------------------------------------------- */
+
+static int snap_rm(int argc, char **argv)
+{
+	const char *cmd = "snapshot rm";
+	int r = parse(argc, argv, cmd, "usage: moat snapshot rm ID|NAME...\n\n"
+		      "Remove snapshots (sandboxes made from them keep their files).\n",
+		      help_only, NULL);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind >= argc)
+		return client_fail(cmd, "no snapshot given (usage: moat snapshot rm ID...)");
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	for (int i = optind; i < argc; i++) {
+		_cleanup_free_ char *path = snap_path(h, argv[i]);
+		if (!path)
+			return client_fail(cmd, "out of memory");
+		if (moat_http_json(h, "DELETE", path, NULL, NULL, NULL, &e) < 0) {
+			r = client_fail(cmd, "%s: %s", argv[i], e.msg);
+			if (strncmp(e.msg, "cannot reach", 12) == 0)
+				break;
+		}
+	}
+	return r;
+}
+
+static int snap_inspect(int argc, char **argv)
+{
+	const char *cmd = "snapshot inspect";
+	int r = parse(argc, argv, cmd, "usage: moat snapshot inspect ID|NAME\n\n"
+		      "Print a snapshot as JSON.\n", help_only, NULL);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind + 1 != argc)
+		return client_fail(cmd, "expected one snapshot (usage: moat snapshot inspect ID)");
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *path = snap_path(h, argv[optind]);
+	_cleanup_json_ json_t *ans = NULL;
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	if (moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
+		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
+	return print_json(cmd, ans);
+}
+
+int moat_client_snapshot(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "ls"))
+		return snap_ls(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "rm"))
+		return snap_rm(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "inspect"))
+		return snap_inspect(argc - 1, argv + 1);
+	if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+			  !strcmp(argv[1], "help"))) {
+		fputs(snapshot_help, stdout);
+		client_help_footer(stdout);
+		return 0;
+	}
+	if (argc >= 2 && !strcmp(argv[1], "export"))
+		return snap_export(argc - 1, argv + 1);
+	return snap_take(argc, argv);
+}
+
+/* ---- moat fork SANDBOX [--count N] ---------------------------------------- */
+
+int moat_client_fork(int argc, char **argv)
+{
+	const char *cmd = "fork";
+	static const struct option opts[] = {{"count", required_argument, NULL, 'c'},
+					     {"help", no_argument, NULL, 'h'},
+					     {NULL, 0, NULL, 0}};
+	const char *vals[2] = {0};
+	int r = parse(argc, argv, cmd, "usage: moat fork ID [--count N]\n\n"
+		      "Make N new sandboxes (default 1, at most 32, all or none) whose files\n"
+		      "start as copies of sandbox ID's now, and print their ids, one a line.\n"
+		      "Processes are not copied: the new sandboxes start with none.\n\n"
+		      "      --count N   how many\n", opts, vals);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind + 1 != argc)
+		return client_fail(cmd, "expected one sandbox id (usage: moat fork ID [--count N])");
+	long long count = 1;
+	if (vals[0]) {
+		char *end;
+		errno = 0;
+		count = strtoll(vals[0], &end, 10);
+		if (errno || end == vals[0] || *end || count < 1 || count > 32)
+			return client_fail(cmd, "--count '%s': expected a whole number from 1 to 32",
+					   vals[0]);
+	}
+	_cleanup_json_ json_t *body = json_pack("{s:I}", "count", (json_int_t)count);
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *path = moat_http_sandbox_path(h, argv[optind], "/fork");
+	_cleanup_json_ json_t *ans = NULL;
+	if (!path || !body)
+		return client_fail(cmd, "out of memory");
+	if (moat_http_json(h, "POST", path, NULL, body, &ans, &e) < 0)
+		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
+	json_t *list = json_object_get(ans, "sandboxes"), *sb;
+	size_t i;
+	if (!json_is_array(list))
+		return client_fail(cmd, "the answer from %s has no sandbox list", moat_http_url(h));
+	json_array_foreach(list, i, sb)
+		if (printf("%s\n", str_or(sb, "id", "?")) < 0)
+			return client_fail(cmd, "write: %s", strerror(errno));
+	if (fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+/* ---- moat restore SANDBOX SNAPSHOT ---------------------------------------- */
+
+int moat_client_restore(int argc, char **argv)
+{
+	const char *cmd = "restore";
+	int r = parse(argc, argv, cmd, "usage: moat restore ID SNAPSHOT\n\n"
+		      "Replace sandbox ID's files with those of SNAPSHOT (an id or a name).\n"
+		      "Its processes are restarted: what ran is stopped.\n", help_only, NULL);
+	if (r)
+		return r == 1 ? 0 : r;
+	if (optind + 2 != argc)
+		return client_fail(cmd, "expected a sandbox id and a snapshot (usage: moat restore "
+				   "ID SNAPSHOT)");
+	_cleanup_json_ json_t *body = json_pack("{s:s}", "snapshot", argv[optind + 1]);
+	if (!body)
+		return client_fail(cmd, "'%s': not valid UTF-8", argv[optind + 1]);
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *path = moat_http_sandbox_path(h, argv[optind], "/restore");
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	if (moat_http_json(h, "POST", path, NULL, body, NULL, &e) < 0)
+		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
+	return 0;
+}

@@ -727,6 +727,9 @@ void box_spec_from_json(const json_t *j, struct box_spec *s)
 	s->metadata = json_object_get(j, "metadata");
 	const char *img = json_string_value(json_object_get(j, "image"));
 	s->image = img && strcmp(img, "host") ? (char *)img : NULL;
+	/* an image of the store: the recorded layers, whatever tags do now */
+	s->image_id = (char *)json_string_value(json_object_get(j, "image_id"));
+	s->image_config = json_object_get(j, "image_config");
 	s->memory = (uint64_t)json_integer_value(json_object_get(lim, "memory"));
 	s->pids = (uint64_t)json_integer_value(json_object_get(lim, "pids"));
 	json_t *c = json_object_get(lim, "cpus");
@@ -1216,6 +1219,10 @@ static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_er
 			moat_strv_add(&p->rootfs_layers, ir.layers.v[i]);
 		images_resolved_free(&ir);
 		p->rootfs_size = spec->disk;
+		/* the root's changes in fs/ (upper/, work/): a snapshot, a fork
+		 * and a hibernation keep them */
+		if (!spec->disk)
+			p->rootfs_upper = strdup(fsdir);
 	} else if (spec->image && strcmp(spec->image, "host") != 0) {
 		p->rootfs = strdup(spec->image);
 		p->rootfs_size = spec->disk;

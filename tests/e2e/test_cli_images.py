@@ -290,11 +290,9 @@ def test_fork_copies_are_independent(d):
     ok(cli(d, "rm", sid, *kids))
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "daemon bug: POST /v1/sandboxes/{id}/fork and /restore of a sandbox created from a "
-    "store image answer 500 'image layer NAME: No such file or directory': the respawn "
-    "passes the image's name, not its layer directories, as a rootfs layer (policy.c)"))
 def test_fork_and_restore_an_image_sandbox(d, pushed):
+    # the image root's changes (/root here) live in fs/upper: a fork and a
+    # restore carry them, and a respawn uses the recorded layers
     ref = pushed["one"]
     ok(cli(d, "image", "pull", "--insecure", ref))
     sid = new_sandbox(d, "--image", ref)

@@ -315,20 +315,21 @@ def test_import_layout_archive_docker_save(d, oci_images, work):
     # an OCI layout directory as a tar
     t1 = tar_of_dir(lay, work / "layout.tar")
     r = import_(d, t1, name="local/multi:v1")
-    assert r.json()["id"] == man and r.json()["names"] == ["local/multi:v1"], r.json()
+    assert r.json()["id"] == man and r.json()["names"] == ["docker.io/local/multi:v1"], r.json()
     # an OCI archive (skopeo's oci-archive:)
     t2 = work / "oci-archive.tar"
     fixture._run(["skopeo", "copy", "--quiet", "oci:%s:latest" % lay,
                   "oci-archive:%s:local/arch:v2" % t2])
     r = import_(d, t2)
     assert r.json()["id"] == man, r.json()
+    assert r.json()["names"] == ["docker.io/local/arch:v2", "docker.io/local/multi:v1"], r.json()
     # a docker save tar (skopeo's docker-archive:): docker v2 manifest, a new id
     t3 = work / "docker.tar"
     fixture._run(["skopeo", "copy", "--quiet", "oci:%s:latest" % lay,
                   "docker-archive:%s:local/docker:v3" % t3])
     r = import_(d, t3)
     dj = r.json()
-    assert dj["names"] == ["docker.io/local/docker:v3"] or dj["names"], dj
+    assert dj["names"] == ["docker.io/local/docker:v3"], dj
     ls = images(d)
     assert len(ls) == 2, ls
     # the layers: docker-archive's are uncompressed blobs of the same diff_ids
@@ -409,7 +410,7 @@ def test_concurrent_pulls_fetch_once_layers_shared(d, oci_images):
 
 # ---- hostile registries and layers ----------------------------------------------------
 
-@pytest.mark.parametrize("fault", ["tamper", "cl_big", "cl_small", "overrun"])
+@pytest.mark.parametrize("fault", ["tamper", "cl_big", "cl_small", "endless"])
 def test_hostile_blob_refused_nothing_left(d, oci_images, fault):
     lay = oci_images["multi"]
     _, _, lays = manifest_digests(lay)
@@ -439,6 +440,9 @@ def test_tar_bomb_refused_nothing_left(oci_images, work):
 
             class Z(io.RawIOBase):
                 left = 16 << 20
+
+                def readable(self):
+                    return True
 
                 def readinto(self, b):
                     n = min(len(b), self.left)

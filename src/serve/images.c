@@ -294,6 +294,19 @@ static int64_t layers_used(void)
 	return n;
 }
 
+/* Run q with ?1 = a, ?2 = b: 0 done, -1 failed. */
+static int exec2(const char *q, const char *a, const char *b)
+{
+	sqlite3_stmt *st = prep(q);
+	if (!st)
+		return -1;
+	sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
+	sqlite3_finalize(st);
+	return rc;
+}
+
 /* Write the image's row, its layers and its name, in one transaction. */
 static int record(struct job *j, struct core_err *e)
 {
@@ -333,32 +346,15 @@ static int record(struct job *j, struct core_err *e)
 		rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
 		sqlite3_finalize(st);
 	}
-	if (rc == 0 && name[0]) {
-		/* the name moves from an older image: that one, left without a
-		 * name, is collected once nothing uses it (see collect_orphans) */
-		st = prep("INSERT OR IGNORE INTO image_orphans SELECT image FROM image_names "
-			  "WHERE name = ?1 AND image != ?2 AND (SELECT COUNT(*) FROM image_names n "
-			  "WHERE n.image = image_names.image) = 1");
-		if (st) {
-			sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 2, im->manifest, -1, SQLITE_STATIC);
-			rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-			sqlite3_finalize(st);
-		} else {
-			rc = -1;
-		}
-	}
-	if (rc == 0 && name[0]) {
-		st = prep("INSERT OR REPLACE INTO image_names VALUES (?1, ?2)");
-		if (st) {
-			sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 2, im->manifest, -1, SQLITE_STATIC);
-			rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-			sqlite3_finalize(st);
-		} else {
-			rc = -1;
-		}
-	}
+	/* the name moves from an older image: that one, left without a name,
+	 * is collected once nothing uses it (see collect_orphans) */
+	if (rc == 0 && name[0])
+		rc = exec2("INSERT OR IGNORE INTO image_orphans SELECT image FROM image_names "
+			   "WHERE name = ?1 AND image != ?2 AND (SELECT COUNT(*) FROM image_names n "
+			   "WHERE n.image = image_names.image) = 1",
+			   name, im->manifest);
+	if (rc == 0 && name[0])
+		rc = exec2("INSERT OR REPLACE INTO image_names VALUES (?1, ?2)", name, im->manifest);
 	if (rc == 0)
 		rc = sql("COMMIT");
 	if (rc < 0) {

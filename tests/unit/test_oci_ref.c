@@ -48,8 +48,10 @@ static const struct ok_case oks[] = {
 	/* a port-looking tag without a slash is a tag (Docker's rule) */
 	{"localhost:5000", "docker.io", "library/localhost", "5000", "",
 	 "docker.io/library/localhost:5000", "registry-1.docker.io"},
-	{"a__b.c-d--e/f_g", "docker.io", "a__b.c-d--e/f_g", "latest", "",
-	 "docker.io/a__b.c-d--e/f_g:latest", "registry-1.docker.io"},
+	{"a__b-c--d/e.f_g", "docker.io", "a__b-c--d/e.f_g", "latest", "",
+	 "docker.io/a__b-c--d/e.f_g:latest", "registry-1.docker.io"},
+	/* a first component with a '.' is a host (Docker's rule) */
+	{"a.b/c", "a.b", "c", "latest", "", "a.b/c:latest", "a.b"},
 };
 
 Test(oci_ref, parses_and_normalises)

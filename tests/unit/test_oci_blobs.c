@@ -6,6 +6,7 @@
 #include <criterion/criterion.h>
 
 #include "base/util.h"
+#include "oci_dirs.h"
 #include "oci/blobs.h"
 #include "oci/digest.h"
 
@@ -33,18 +34,9 @@ static void teardown(void)
 	moat_rm_tree(root);
 }
 
-/* entries of root/sub (not . and ..) */
 static size_t count(const char *sub)
 {
-	char p[128];
-	snprintf(p, sizeof p, "%s/%s", root, sub);
-	DIR *d = opendir(p);
-	cr_assert_not_null(d, "%s", p);
-	size_t n = 0;
-	for (struct dirent *de; (de = readdir(d));)
-		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
-	closedir(d);
-	return n;
+	return oci_dir_count(root, sub);
 }
 
 static void assert_empty(void)

@@ -7,6 +7,7 @@
 #include <criterion/criterion.h>
 
 #include "base/util.h"
+#include "oci_dirs.h"
 #include "oci/blobs.h"
 #include "oci/digest.h"
 #include "oci/layout.h"
@@ -115,18 +116,6 @@ static void teardown(void)
 	moat_rm_tree(base);
 }
 
-static size_t count(const char *root, const char *sub)
-{
-	char p[256];
-	snprintf(p, sizeof p, "%s/%s", root, sub);
-	DIR *d = opendir(p);
-	cr_assert_not_null(d, "%s", p);
-	size_t n = 0;
-	for (struct dirent *de; (de = readdir(d));)
-		n += strcmp(de->d_name, ".") && strcmp(de->d_name, "..");
-	closedir(d);
-	return n;
-}
 
 static struct oci_progress last;
 static void on_progress(void *arg, const struct oci_progress *p)
@@ -153,8 +142,8 @@ Test(oci_layout, dir_export_tar_round_trip)
 	cr_expect_eq(last.layers_total, 1);
 	cr_expect_eq(last.bytes_done, last.bytes_total);
 	oci_image_free(&im);
-	cr_expect_eq(count(store_a, "blobs/sha256"), 3);
-	cr_expect_eq(count(store_a, "tmp"), 0);
+	cr_expect_eq(oci_dir_count(store_a, "blobs/sha256"), 3);
+	cr_expect_eq(oci_dir_count(store_a, "tmp"), 0);
 	/* export, then into another store from the tar */
 	char tar[256];
 	snprintf(tar, sizeof tar, "%s/out.tar", base);
@@ -167,7 +156,7 @@ Test(oci_layout, dir_export_tar_round_trip)
 	cr_expect_str_eq(im.name, "docker.io/x/y:1");
 	oci_image_free(&im);
 	/* the same bytes in both stores: the layer read back byte for byte */
-	cr_expect_eq(count(store_b, "blobs/sha256"), 3);
+	cr_expect_eq(oci_dir_count(store_b, "blobs/sha256"), 3);
 	char pb[256];
 	cr_assert_eq(oci_blob_path(store_b, layer_d, pb, sizeof pb), 0);
 	int lfd = open(pb, O_RDONLY);
@@ -214,7 +203,7 @@ Test(oci_layout, tampered_layer_refused_manifest_not_stored)
 	cr_expect(strstr(e.msg, layer_d) && strstr(e.msg, "digest mismatch"), "%s", e.msg);
 	cr_expect(!oci_blob_has(store_a, man_d), "the manifest went in");
 	cr_expect(!oci_blob_has(store_a, layer_d));
-	cr_expect_eq(count(store_a, "tmp"), 0);
+	cr_expect_eq(oci_dir_count(store_a, "tmp"), 0);
 }
 
 Test(oci_layout, room_refused)
@@ -225,7 +214,7 @@ Test(oci_layout, room_refused)
 	cr_expect_eq(e.errnum, EFBIG, "%s", e.msg);
 	cr_expect(!oci_blob_has(store_a, man_d));
 	cr_expect(!oci_blob_has(store_a, layer_d));
-	cr_expect_eq(count(store_a, "tmp"), 0);
+	cr_expect_eq(oci_dir_count(store_a, "tmp"), 0);
 }
 
 Test(oci_layout, not_an_archive_named)

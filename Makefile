@@ -301,7 +301,7 @@ FUZZ_LIBS_ociauth  := -ljansson -lcrypto
 # an image in an archive (src/oci/layout_json.c)
 FUZZ_SRC_unpack    := src/oci/unpack.c src/oci/tarname.c src/oci/digest.c $(FUZZ_BASE)
 FUZZ_LIBS_unpack   := -larchive -lcrypto
-FUZZ_SRC_layout    := src/oci/layout_json.c src/oci/digest.c src/base/err.c
+FUZZ_SRC_layout    := src/oci/layout_json.c src/oci/manifest.c src/oci/digest.c src/base/err.c
 FUZZ_LIBS_layout   := -ljansson -lcrypto
 FUZZ_BINS    := $(patsubst tests/fuzz/%.c,$(BUILD)/fuzz/%,$(wildcard tests/fuzz/fuzz_*.c))
 

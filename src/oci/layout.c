@@ -161,6 +161,22 @@ static struct archive *tar_open(const char *path, struct moat_err *e)
 	return a;
 }
 
+/* The next member of a tar and its cleaned name (PATH_MAX): 1 a member,
+ * 0 the end, -1 an error (e), 2 a member whose name does not clean when
+ * !strict (the caller passes it over). */
+static int next_header(struct archive *a, const char *path, struct archive_entry **ae,
+		       char *name, bool strict, struct moat_err *e)
+{
+	int r = archive_read_next_header(a, ae);
+	if (r == ARCHIVE_EOF)
+		return 0;
+	if (r < ARCHIVE_WARN)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "%s: %s", path, archive_error_string(a));
+	if (oci_tar_name_clean(archive_entry_pathname(*ae), name, PATH_MAX, strict ? e : NULL) < 0)
+		return strict ? moat_err_prefix(e, "%s", path) : 2;
+	return 1;
+}
+
 /* The first pass over a tar: names, links, small members. */
 static int tar_scan(struct src *s, struct moat_err *e)
 {
@@ -170,18 +186,12 @@ static int tar_scan(struct src *s, struct moat_err *e)
 	int rc = -1;
 	struct archive_entry *ae;
 	for (;;) {
-		int r = archive_read_next_header(a, &ae);
-		if (r == ARCHIVE_EOF)
-			break;
-		if (r < ARCHIVE_WARN) {
-			moat_err_set(e, MOAT_E_USAGE, 0, "%s: %s", s->path, archive_error_string(a));
-			goto out;
-		}
 		char name[PATH_MAX];
-		if (oci_tar_name_clean(archive_entry_pathname(ae), name, sizeof name, e) < 0) {
-			moat_err_prefix(e, "%s", s->path);
+		int r = next_header(a, s->path, &ae, name, true, e);
+		if (r == 0)
+			break;
+		if (r < 0)
 			goto out;
-		}
 		mode_t t = archive_entry_filetype(ae);
 		const char *hl = archive_entry_hardlink(ae);
 		if (!hl && t == AE_IFDIR)
@@ -376,18 +386,22 @@ static int sink_end(struct run *r, struct sink *k, struct moat_err *e)
 	return 0;
 }
 
-static int copy_fd(struct run *r, struct copy *c, int fd, struct moat_err *e)
+/* Where a copy's bytes come from: up to n into buf; 0 at the end, -1
+ * with e. */
+typedef ssize_t (*copy_read)(void *ctx, const struct copy *c, void *buf, size_t n,
+			     struct moat_err *e);
+
+/* One blob into the store, read through rd: the one copy loop of this file. */
+static int copy_from(struct run *r, struct copy *c, copy_read rd, void *ctx, struct moat_err *e)
 {
 	struct sink k;
 	if (sink_begin(r, c, &k, e) < 0)
 		return -1;
 	for (;;) {
-		ssize_t n = read(fd, r->buf, COPY_BUF);
-		if (n < 0 && errno == EINTR)
-			continue;
+		ssize_t n = rd(ctx, c, r->buf, COPY_BUF, e);
 		if (n < 0) {
 			oci_blob_abort(k.w);
-			return moat_err_set(e, MOAT_E_SYSTEM, errno, "reading %s", c->member);
+			return -1;
 		}
 		if (n == 0)
 			break;
@@ -399,16 +413,47 @@ static int copy_fd(struct run *r, struct copy *c, int fd, struct moat_err *e)
 	return sink_end(r, &k, e);
 }
 
+static ssize_t read_fd(void *ctx, const struct copy *c, void *buf, size_t n, struct moat_err *e)
+{
+	for (;;) {
+		ssize_t got = read(*(int *)ctx, buf, n);
+		if (got >= 0)
+			return got;
+		if (errno != EINTR)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "reading %s", c->member);
+	}
+}
+
+struct mem {
+	const char *p;
+	size_t left;
+};
+
+static ssize_t read_mem(void *ctx, const struct copy *c, void *buf, size_t n, struct moat_err *e)
+{
+	struct mem *m = ctx;
+	if (n > m->left)
+		n = m->left;
+	memcpy(buf, m->p, n);
+	m->p += n;
+	m->left -= n;
+	return (ssize_t)n;
+}
+
 static int copy_mem(struct run *r, struct copy *c, const char *data, size_t len, struct moat_err *e)
 {
-	struct sink k;
-	if (sink_begin(r, c, &k, e) < 0)
-		return -1;
-	if (sink_write(r, &k, data, len, e) < 0) {
-		oci_blob_abort(k.w);
-		return moat_err_prefix(e, "%s", c->member);
-	}
-	return sink_end(r, &k, e);
+	struct mem m = {data, len};
+	return copy_from(r, c, read_mem, &m, e);
+}
+
+static ssize_t read_tar(void *ctx, const struct copy *c, void *buf, size_t n, struct moat_err *e)
+{
+	struct archive *a = ctx;
+	la_ssize_t got = archive_read_data(a, buf, n);
+	if (got < 0)
+		return moat_err_set(e, MOAT_E_USAGE, 0, "member \"%.200s\": %s", c->member,
+				    archive_error_string(a));
+	return got;
 }
 
 /* Every copy of the list into the store: from a directory one by one,
@@ -424,7 +469,7 @@ static int copy_all(struct run *r, struct src *s, struct copy *cs, size_t n, str
 			_cleanup_close_ int fd = open_in(s->dirfd, c->member);
 			if (fd < 0)
 				return moat_err_set(e, MOAT_E_USAGE, errno, "%s/%s", s->path, c->member);
-			if (copy_fd(r, c, fd, e) < 0)
+			if (copy_from(r, c, read_fd, &fd, e) < 0)
 				return -1;
 			continue;
 		}
@@ -447,42 +492,22 @@ static int copy_all(struct run *r, struct src *s, struct copy *cs, size_t n, str
 	int rc = -1;
 	struct archive_entry *ae;
 	while (pending) {
-		int x = archive_read_next_header(a, &ae);
-		if (x == ARCHIVE_EOF)
-			break;
-		if (x < ARCHIVE_WARN) {
-			moat_err_set(e, MOAT_E_USAGE, 0, "%s: %s", s->path, archive_error_string(a));
-			goto out;
-		}
 		char name[PATH_MAX];
-		if (archive_entry_hardlink(ae) || archive_entry_filetype(ae) != AE_IFREG ||
-		    oci_tar_name_clean(archive_entry_pathname(ae), name, sizeof name, NULL) < 0)
+		int x = next_header(a, s->path, &ae, name, false, e);
+		if (x == 0)
+			break;
+		if (x < 0)
+			goto out;
+		if (x == 2 || archive_entry_hardlink(ae) || archive_entry_filetype(ae) != AE_IFREG)
 			continue;
 		for (size_t i = 0; i < n; i++) {
 			struct copy *c = &cs[i];
 			if (c->done || strcmp(c->member, name) != 0)
 				continue;
-			struct sink k;
-			if (sink_begin(r, c, &k, e) < 0)
+			if (copy_from(r, c, read_tar, a, e) < 0) {
+				moat_err_prefix(e, "%s", s->path);
 				goto out;
-			for (;;) {
-				la_ssize_t got = archive_read_data(a, r->buf, COPY_BUF);
-				if (got < 0) {
-					oci_blob_abort(k.w);
-					moat_err_set(e, MOAT_E_USAGE, 0, "%s: member \"%.200s\": %s", s->path,
-						     name, archive_error_string(a));
-					goto out;
-				}
-				if (got == 0)
-					break;
-				if (sink_write(r, &k, r->buf, (size_t)got, e) < 0) {
-					oci_blob_abort(k.w);
-					moat_err_prefix(e, "%s", name);
-					goto out;
-				}
 			}
-			if (sink_end(r, &k, e) < 0)
-				goto out;
 			pending--;
 			/* the same member for another copy: copied again from the store is
 			 * not needed; blobs are by digest, so mark equal ones done */
@@ -740,8 +765,9 @@ int oci_import(const char *root, const char *path, const char *which, int64_t ma
 	struct run r = {.root = root, .left = max_bytes > 0 ? max_bytes : -1, .progress = progress,
 			.arg = arg};
 	int rc = -1;
-	if (oci_blobs_open(root, e) < 0)
-		return moat_err_prefix(e, "import");
+	/* the store is open already (oci_blobs_open): emptying its tmp/ here
+	 * would remove the temp files of the caller's other jobs, and the
+	 * daemon's own copy of the archive being imported */
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "import %s", path);
@@ -773,37 +799,42 @@ out:
 
 /* ---- export -------------------------------------------------------- */
 
-static int put_file(struct archive *a, const char *name, const void *data, size_t len,
-		    struct moat_err *e)
+static int put_failed(struct archive *a, const char *name, struct moat_err *e)
+{
+	return moat_err_set(e, MOAT_E_SYSTEM, archive_errno(a) > 0 ? archive_errno(a) : EIO,
+			    "export %s: %s", name, archive_error_string(a));
+}
+
+/* The header of one member: a file of size bytes (0644) or a directory. */
+static int put_header(struct archive *a, const char *name, bool dir, int64_t size,
+		      struct moat_err *e)
 {
 	struct archive_entry *ae = archive_entry_new();
 	if (!ae)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "export");
 	archive_entry_set_pathname(ae, name);
-	archive_entry_set_filetype(ae, AE_IFREG);
-	archive_entry_set_perm(ae, 0644);
-	archive_entry_set_size(ae, (la_int64_t)len);
+	archive_entry_set_filetype(ae, dir ? AE_IFDIR : AE_IFREG);
+	archive_entry_set_perm(ae, dir ? 0755 : 0644);
+	if (!dir)
+		archive_entry_set_size(ae, (la_int64_t)size);
 	int r = archive_write_header(a, ae);
 	archive_entry_free(ae);
-	if (r < ARCHIVE_WARN || (len && archive_write_data(a, data, len) != (la_ssize_t)len))
-		return moat_err_set(e, MOAT_E_SYSTEM, archive_errno(a) > 0 ? archive_errno(a) : EIO,
-				    "export %s: %s", name, archive_error_string(a));
+	return r < ARCHIVE_WARN ? put_failed(a, name, e) : 0;
+}
+
+static int put_file(struct archive *a, const char *name, const void *data, size_t len,
+		    struct moat_err *e)
+{
+	if (put_header(a, name, false, (int64_t)len, e) < 0)
+		return -1;
+	if (len && archive_write_data(a, data, len) != (la_ssize_t)len)
+		return put_failed(a, name, e);
 	return 0;
 }
 
 static int put_dir(struct archive *a, const char *name, struct moat_err *e)
 {
-	struct archive_entry *ae = archive_entry_new();
-	if (!ae)
-		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "export");
-	archive_entry_set_pathname(ae, name);
-	archive_entry_set_filetype(ae, AE_IFDIR);
-	archive_entry_set_perm(ae, 0755);
-	int r = archive_write_header(a, ae);
-	archive_entry_free(ae);
-	return r < ARCHIVE_WARN ? moat_err_set(e, MOAT_E_SYSTEM, 0, "export: %s",
-						 archive_error_string(a))
-				: 0;
+	return put_header(a, name, true, 0, e);
 }
 
 /* One blob from the store, re-hashed on the way (a blob changed on disk
@@ -819,18 +850,8 @@ static int put_blob(struct archive *a, const char *root, const char *digest, cha
 	if (fd < 0 || fstat(fd, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "export: blob %s", digest);
 	blob_member(digest, name, sizeof name);
-	struct archive_entry *ae = archive_entry_new();
-	if (!ae)
-		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "export");
-	archive_entry_set_pathname(ae, name);
-	archive_entry_set_filetype(ae, AE_IFREG);
-	archive_entry_set_perm(ae, 0644);
-	archive_entry_set_size(ae, st.st_size);
-	int r = archive_write_header(a, ae);
-	archive_entry_free(ae);
-	if (r < ARCHIVE_WARN)
-		return moat_err_set(e, MOAT_E_SYSTEM, archive_errno(a) > 0 ? archive_errno(a) : 0,
-				    "export %s: %s", name, archive_error_string(a));
+	if (put_header(a, name, false, st.st_size, e) < 0)
+		return -1;
 	struct oci_sha256 h;
 	if (oci_sha256_init(&h) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "sha256");
@@ -847,8 +868,7 @@ static int put_blob(struct archive *a, const char *root, const char *digest, cha
 		if (oci_sha256_update(&h, buf, (size_t)n) < 0 ||
 		    archive_write_data(a, buf, (size_t)n) != n) {
 			oci_sha256_free(&h);
-			return moat_err_set(e, MOAT_E_SYSTEM, archive_errno(a) > 0 ? archive_errno(a) : EIO,
-					    "export %s: %s", name, archive_error_string(a));
+			return put_failed(a, name, e);
 		}
 		left -= n;
 	}

@@ -11,7 +11,8 @@
 
 #include "image.h"
 
-/* path: a directory or a tar (any compression); which: the image in it to
+/* root: a store opened with oci_blobs_open (its tmp/ is not emptied
+ * here: other writers may be at work in it). path: a directory or a tar (any compression); which: the image in it to
  * take, by its ref.name annotation or RepoTags entry (NULL: the only one;
  * several: an error listing them). */
 int oci_import(const char *root, const char *path, const char *which, int64_t max_bytes,

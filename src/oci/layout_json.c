@@ -17,25 +17,8 @@ static void json_freep(json_t **j)
 }
 #define _cleanup_json_ __attribute__((cleanup(json_freep)))
 
-static int bad(struct moat_err *e, const char *what, const char *msg)
-{
-	moat_err_set(e, MOAT_E_USAGE, 0, "%s: %s", what, msg);
-	if (e)
-		e->errnum = EBADMSG;
-	return -1;
-}
-
-static json_t *load(const char *json, size_t len, const char *what, struct moat_err *e)
-{
-	json_error_t je;
-	json_t *j = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-	if (!j) {
-		char m[300];
-		snprintf(m, sizeof m, "not JSON: %s (line %d)", je.text, je.line);
-		bad(e, what, m);
-	}
-	return j;
-}
+#define bad(e, what, msg) oci_json_bad(e, what, "%s", msg)
+#define load oci_json_load
 
 /* A string without NUL and of at most max bytes, or NULL. */
 static const char *str_of(json_t *v, size_t max)
@@ -53,6 +36,16 @@ static void add_name(char *list, size_t cap, const char *n)
 	if (l + 8 >= cap)
 		return;
 	snprintf(list + l, cap - l, "%s\"%.100s\"", l ? ", " : "", n);
+}
+
+/* No image, or several, answer which: the error lists what there is. */
+static int not_one(struct moat_err *e, const char *what, const char *how, const char *which,
+		   const char *list)
+{
+	if (which)
+		return oci_json_bad(e, what, "no single image %s \"%.200s\"; it has: %s", how, which,
+				    list);
+	return oci_json_bad(e, what, "several images and none chosen; it has: %s", list);
 }
 
 int oci_layout_version_check(const char *json, size_t len, struct moat_err *e)
@@ -113,22 +106,10 @@ int oci_layout_pick(const char *json, size_t len, const char *which, struct oci_
 			hits++;
 		}
 	}
-	if (!pick || hits > 1) {
-		char m[800];
-		snprintf(m, sizeof m, "%s%s%s; it has: %s", which ? "no single image named \"" : "",
-			 which ? which : "several images and none chosen", which ? "\"" : "", list);
-		return bad(e, "index.json", m);
-	}
-	const char *mt = str_of(json_object_get(pick, "mediaType"), sizeof out->media_type - 1);
-	const char *dg = str_of(json_object_get(pick, "digest"), OCI_DIGEST_LEN);
-	json_t *sz = json_object_get(pick, "size");
-	if (!dg || !oci_digest_valid(dg))
-		return bad(e, "index.json", "the image's digest is missing or not sha256:<hex>");
-	if (!json_is_integer(sz) || json_integer_value(sz) < 0)
-		return bad(e, "index.json", "the image's size is missing or negative");
-	snprintf(out->media_type, sizeof out->media_type, "%s", mt ? mt : "");
-	snprintf(out->digest, sizeof out->digest, "%s", dg);
-	out->size = json_integer_value(sz);
+	if (!pick || hits > 1)
+		return not_one(e, "index.json", "named", which, list);
+	if (oci_desc_parse(pick, "index.json", false, out, e) < 0)
+		return -1;
 	const char *nm = entry_name(pick);
 	if (name_cap)
 		snprintf(name, name_cap, "%s", nm ? nm : "");
@@ -187,12 +168,8 @@ int oci_docker_pick(const char *json, size_t len, const char *which, struct oci_
 			hits++;
 		}
 	}
-	if (!pick || hits > 1) {
-		char m[800];
-		snprintf(m, sizeof m, "%s%s%s; it has: %s", which ? "no single image tagged \"" : "",
-			 which ? which : "several images and none chosen", which ? "\"" : "", list);
-		return bad(e, "manifest.json", m);
-	}
+	if (!pick || hits > 1)
+		return not_one(e, "manifest.json", "tagged", which, list);
 	const char *cfg = str_of(json_object_get(pick, "Config"), sizeof out->config - 1);
 	if (!cfg || !*cfg)
 		return bad(e, "manifest.json", "the image has no Config");

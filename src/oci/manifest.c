@@ -26,11 +26,9 @@ static void json_freep(json_t **j)
 }
 #define _cleanup_json_ __attribute__((cleanup(json_freep)))
 
-static int bad(struct moat_err *e, const char *what, const char *fmt, ...)
-	__attribute__((format(printf, 3, 4)));
-static int bad(struct moat_err *e, const char *what, const char *fmt, ...)
+int oci_json_bad(struct moat_err *e, const char *what, const char *fmt, ...)
 {
-	char m[512];
+	char m[1024];
 	va_list ap;
 	va_start(ap, fmt);
 	vsnprintf(m, sizeof m, fmt, ap);
@@ -40,17 +38,22 @@ static int bad(struct moat_err *e, const char *what, const char *fmt, ...)
 		e->errnum = EBADMSG;
 	return -1;
 }
+#define bad oci_json_bad
 
-static json_t *load(const char *json, size_t len, const char *what, struct moat_err *e)
+json_t *oci_json_load(const char *json, size_t len, const char *what, struct moat_err *e)
 {
 	json_error_t je;
 	json_t *j = json_loadb(json, len, JSON_REJECT_DUPLICATES, &je);
-	if (!j) {
-		char m[256];
-		snprintf(m, sizeof m, "not JSON: %s (line %d)", je.text, je.line);
-		bad(e, what, "%s", m);
+	if (!j)
+		bad(e, what, "not JSON: %.200s (line %d)", je.text, je.line);
+	return j;
+}
+
+static json_t *load(const char *json, size_t len, const char *what, struct moat_err *e)
+{
+	json_t *j = oci_json_load(json, len, what, e);
+	if (!j)
 		return NULL;
-	}
 	if (!json_is_object(j)) {
 		json_decref(j);
 		bad(e, what, "not a JSON object");
@@ -85,7 +88,8 @@ static int schema2(json_t *j, const char *what, struct moat_err *e)
 	return 0;
 }
 
-static int desc_parse(json_t *d, const char *what, struct oci_desc *out, struct moat_err *e)
+int oci_desc_parse(json_t *d, const char *what, bool need_type, struct oci_desc *out,
+		   struct moat_err *e)
 {
 	bool err = false;
 	if (!json_is_object(d))
@@ -93,14 +97,14 @@ static int desc_parse(json_t *d, const char *what, struct oci_desc *out, struct 
 	const char *mt = str_member(d, "mediaType", sizeof out->media_type - 1, &err);
 	const char *dg = str_member(d, "digest", OCI_DIGEST_LEN, &err);
 	json_t *sz = json_object_get(d, "size");
-	if (err || !mt || !mt[0])
+	if (err || (need_type && (!mt || !mt[0])))
 		return bad(e, what, "a descriptor has no valid mediaType");
 	if (!dg || !oci_digest_valid(dg))
 		return bad(e, what, "descriptor digest \"%.80s\" is not sha256:<64 lowercase hex>",
 			   dg ? dg : "(none)");
 	if (!json_is_integer(sz) || json_integer_value(sz) < 0)
 		return bad(e, what, "descriptor %s has no valid size (an integer >= 0)", dg);
-	snprintf(out->media_type, sizeof out->media_type, "%s", mt);
+	snprintf(out->media_type, sizeof out->media_type, "%s", mt ? mt : "");
 	memcpy(out->digest, dg, OCI_DIGEST_LEN + 1);
 	out->size = json_integer_value(sz);
 	return 0;
@@ -171,7 +175,7 @@ int oci_index_pick(const char *json, size_t len, const char *os, const char *arc
 	for (size_t i = 0; i < n; i++) {
 		json_t *m = json_array_get(ms, i);
 		struct oci_desc d;
-		if (desc_parse(m, "index", &d, e) < 0)
+		if (oci_desc_parse(m, "index", true, &d, e) < 0)
 			return -1;
 		enum oci_doc k;
 		if (kind_of(d.media_type, &k) < 0 || k != OCI_DOC_MANIFEST)
@@ -245,7 +249,8 @@ int oci_manifest_parse(const char *json, size_t len, struct oci_manifest *m, str
 	if (err || (mt && strcmp(mt, OCI_MT_MANIFEST) != 0 && strcmp(mt, DOCKER_MT_MANIFEST) != 0))
 		return bad(e, "manifest", "media type \"%.200s\" is not an image manifest",
 			   mt ? mt : "(not a string)");
-	if (desc_parse(json_object_get(j, "config"), "manifest: config", &m->config, e) < 0)
+	if (oci_desc_parse(json_object_get(j, "config"), "manifest: config", true, &m->config,
+			   e) < 0)
 		return -1;
 	if (strcmp(m->config.media_type, OCI_MT_CONFIG) != 0 &&
 	    strcmp(m->config.media_type, DOCKER_MT_CONFIG) != 0)
@@ -259,7 +264,7 @@ int oci_manifest_parse(const char *json, size_t len, struct oci_manifest *m, str
 		return bad(e, "manifest", "more than 128 layers");
 	for (size_t i = 0; i < json_array_size(ls); i++) {
 		struct oci_desc *d = &m->layers[i];
-		if (desc_parse(json_array_get(ls, i), "manifest: layer", d, e) < 0)
+		if (oci_desc_parse(json_array_get(ls, i), "manifest: layer", true, d, e) < 0)
 			return -1;
 		if (!layer_type_ok(d->media_type)) {
 			char w[128];

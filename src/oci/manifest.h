@@ -9,6 +9,8 @@
 
 #include <moat/err.h>
 
+#include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -31,6 +33,18 @@ struct oci_desc {
 };
 
 enum oci_doc { OCI_DOC_INDEX, OCI_DOC_MANIFEST };
+
+/* Shared by every parser of OCI documents (layout_json.c too). A JSON
+ * document without duplicate keys, or NULL with e (EBADMSG) naming what. */
+json_t *oci_json_load(const char *json, size_t len, const char *what, struct moat_err *e);
+/* e = "what: <message>", errnum EBADMSG; returns -1. */
+int oci_json_bad(struct moat_err *e, const char *what, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+/* A descriptor {mediaType, digest, size}: digest sha256:<hex>, size an
+ * integer >= 0; mediaType required when need_type (index.json of some
+ * tools omits it: then ""). */
+int oci_desc_parse(json_t *d, const char *what, bool need_type, struct oci_desc *out,
+		   struct moat_err *e);
 
 /* Which document this is: from its mediaType field, else from
  * content_type (the registry's Content-Type, may be NULL), else from its

@@ -102,7 +102,7 @@ static void started(struct pend *p, struct core_op *op, const struct core_err *e
 	pend_free(p);
 }
 
-static void sse_event(struct evhttp_request *req, const char *event, json_t *data)
+void api_sse_event(struct evhttp_request *req, const char *event, json_t *data)
 {
 	char *s = json_dumps(data, JSON_COMPACT);
 	json_decref(data);
@@ -131,9 +131,9 @@ static void x_output(void *arg, const char *out, size_t olen, const char *err, s
 	struct pend *p = arg;
 	if (p->wait.streaming) {
 		if (olen)
-			sse_event(p->req, "stdout", json_pack("{s:o}", "data", jf_text(out, olen)));
+			api_sse_event(p->req, "stdout", json_pack("{s:o}", "data", jf_text(out, olen)));
 		if (elen)
-			sse_event(p->req, "stderr", json_pack("{s:o}", "data", jf_text(err, elen)));
+			api_sse_event(p->req, "stderr", json_pack("{s:o}", "data", jf_text(err, elen)));
 		return;
 	}
 	/* the agent bounds what it sends (max_output_bytes) */
@@ -166,7 +166,7 @@ static void x_ended(void *arg, const struct core_exit *x)
 	json_t *o = jf_exit(x, p->kind == P_STDIN);
 	if (p->wait.streaming) {
 		json_object_set_new(o, "truncated", json_boolean(x->truncated));
-		sse_event(p->req, "exit", o);
+		api_sse_event(p->req, "exit", o);
 		evhttp_send_reply_end(p->req);
 	} else {
 		collected(p, o);
@@ -181,7 +181,7 @@ static void x_failed(void *arg, const struct core_err *e)
 	struct pend *p = arg;
 	pend_done(p);
 	if (p->wait.streaming) {
-		sse_event(p->req, "error",
+		api_sse_event(p->req, "error",
 			  json_pack("{s:{s:s,s:s}}", "error", "code", e->code, "message", e->msg));
 		evhttp_send_reply_end(p->req);
 	} else {

@@ -28,6 +28,9 @@ uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path);
 /* /v1/images (api_images.c): seg[0] "v1", seg[1] "images", n segments
  * (still percent-encoded). */
 void api_images_route(struct evhttp_request *req, struct event_base *base, char **seg, int n);
+/* One server-sent event "event: <event>\ndata: <data as compact JSON>" on a
+ * streaming reply; takes data's reference. */
+void api_sse_event(struct evhttp_request *req, const char *event, json_t *data);
 /* Route one authenticated request. */
 void api_route(struct evhttp_request *req);
 

@@ -30,19 +30,6 @@ static void fail(struct evhttp_request *req, const struct core_err *e)
 		   e->msg);
 }
 
-static void sse(struct evhttp_request *req, const char *event, json_t *data)
-{
-	char *s = json_dumps(data, JSON_COMPACT);
-	struct evbuffer *b = evbuffer_new();
-	if (b && s) {
-		evbuffer_add_printf(b, "event: %s\ndata: %s\n\n", event, s);
-		evhttp_send_reply_chunk(req, b);
-	}
-	if (b)
-		evbuffer_free(b);
-	free(s);
-}
-
 static void ipend_free(struct ipend *p)
 {
 	http_wait_stop(&p->wait);
@@ -65,8 +52,7 @@ static void on_progress(void *arg, const struct oci_progress *pr)
 	json_t *o = json_pack("{s:I,s:I,s:I,s:I}", "layers_done", (json_int_t)pr->layers_done,
 			      "layers_total", (json_int_t)pr->layers_total, "bytes_done",
 			      (json_int_t)pr->bytes_done, "bytes_total", (json_int_t)pr->bytes_total);
-	sse(p->req, "progress", o);
-	json_decref(o);
+	api_sse_event(p->req, "progress", o);
 }
 
 static void on_done(void *arg, json_t *image, const struct core_err *e)
@@ -76,12 +62,11 @@ static void on_done(void *arg, json_t *image, const struct core_err *e)
 	http_wait_stop(&p->wait);
 	if (p->wait.streaming) {
 		if (image) {
-			sse(p->req, "image", image);
+			api_sse_event(p->req, "image", json_incref(image));
 		} else {
 			json_t *o = json_pack("{s:{s:s,s:s,s:i}}", "error", "code", e->code, "message",
 					      e->msg, "status", e->status);
-			sse(p->req, "error", o);
-			json_decref(o);
+			api_sse_event(p->req, "error", o);
 		}
 		evhttp_send_reply_end(p->req);
 	} else if (image) {

@@ -1627,6 +1627,8 @@ static void destroy(struct box *b, bool defer_free)
 			strerror(errno));
 	store_del(b->id);
 	b->running = false;
+	if (json_is_string(json_object_get(b->spec, "image_id")))
+		images_collect(); /* what only this sandbox kept of the image store */
 	struct timeval now = {0, 0};
 	if (!defer_free || event_base_once(evbase, -1, EV_TIMEOUT, free_later, b, &now) < 0)
 		box_free(b);

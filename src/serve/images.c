@@ -294,6 +294,19 @@ static int64_t layers_used(void)
 	return n;
 }
 
+/* Run q with ?1 = a, ?2 = b: 0 done, -1 failed. */
+static int exec2(const char *q, const char *a, const char *b)
+{
+	sqlite3_stmt *st = prep(q);
+	if (!st)
+		return -1;
+	sqlite3_bind_text(st, 1, a, -1, SQLITE_STATIC);
+	sqlite3_bind_text(st, 2, b, -1, SQLITE_STATIC);
+	int rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
+	sqlite3_finalize(st);
+	return rc;
+}
+
 /* Write the image's row, its layers and its name, in one transaction. */
 static int record(struct job *j, struct core_err *e)
 {
@@ -333,17 +346,15 @@ static int record(struct job *j, struct core_err *e)
 		rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
 		sqlite3_finalize(st);
 	}
-	if (rc == 0 && name[0]) {
-		st = prep("INSERT OR REPLACE INTO image_names VALUES (?1, ?2)");
-		if (st) {
-			sqlite3_bind_text(st, 1, name, -1, SQLITE_STATIC);
-			sqlite3_bind_text(st, 2, im->manifest, -1, SQLITE_STATIC);
-			rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-			sqlite3_finalize(st);
-		} else {
-			rc = -1;
-		}
-	}
+	/* the name moves from an older image: that one, left without a name,
+	 * is collected once nothing uses it (see collect_orphans) */
+	if (rc == 0 && name[0])
+		rc = exec2("INSERT OR IGNORE INTO image_orphans SELECT image FROM image_names "
+			   "WHERE name = ?1 AND image != ?2 AND (SELECT COUNT(*) FROM image_names n "
+			   "WHERE n.image = image_names.image) = 1",
+			   name, im->manifest);
+	if (rc == 0 && name[0])
+		rc = exec2("INSERT OR REPLACE INTO image_names VALUES (?1, ?2)", name, im->manifest);
 	if (rc == 0)
 		rc = sql("COMMIT");
 	if (rc < 0) {
@@ -436,12 +447,71 @@ static bool named(const char *q, const char *v)
 	return rc != SQLITE_DONE;
 }
 
+static int del_image_rows(const char *id)
+{
+	static const char *const del[] = {"DELETE FROM image_layers WHERE image = ?1",
+					  "DELETE FROM image_orphans WHERE id = ?1",
+					  "DELETE FROM images WHERE id = ?1"};
+	int rc = 0;
+	for (size_t i = 0; rc == 0 && i < sizeof del / sizeof del[0]; i++) {
+		sqlite3_stmt *st = prep(del[i]);
+		if (!st)
+			return -1;
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+		rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
+		sqlite3_finalize(st);
+	}
+	return rc;
+}
+
+/* Images whose last name a later pull or import took: gone once no
+ * sandbox or snapshot uses them (one that got a name again is kept). */
+static void collect_orphans(void)
+{
+	sqlite3_stmt *st = prep("SELECT id, (SELECT COUNT(*) FROM image_names WHERE image = id) "
+				"FROM image_orphans");
+	struct moat_strv drop = {0}, named_again = {0};
+	while (st && sqlite3_step(st) == SQLITE_ROW) {
+		const char *id = (const char *)sqlite3_column_text(st, 0);
+		char who[128];
+		if (!id)
+			continue;
+		if (sqlite3_column_int64(st, 1) > 0) {
+			moat_strv_add(&named_again, id);
+			continue;
+		}
+		used_by(id, who);
+		if (!who[0])
+			moat_strv_add(&drop, id);
+	}
+	sqlite3_finalize(st);
+	for (size_t i = 0; i < named_again.n; i++) {
+		st = prep("DELETE FROM image_orphans WHERE id = ?1");
+		if (st) {
+			sqlite3_bind_text(st, 1, named_again.v[i], -1, SQLITE_STATIC);
+			sqlite3_step(st);
+			sqlite3_finalize(st);
+		}
+	}
+	for (size_t i = 0; i < drop.n; i++) {
+		if (sql("BEGIN IMMEDIATE") < 0)
+			break;
+		if (del_image_rows(drop.v[i]) == 0)
+			sql("COMMIT");
+		else
+			sql("ROLLBACK");
+	}
+	moat_strv_free(&drop);
+	moat_strv_free(&named_again);
+}
+
 /* Blobs and layers no image row names, and what a killed daemon left
  * (layers/.tmp-*, .gc-*). Only while no job runs. */
 static void sweep(bool at_start)
 {
 	if (jobs)
 		return;
+	collect_orphans();
 	char dir[PATH_MAX + 32];
 	snprintf(dir, sizeof dir, "%s/blobs/sha256", root);
 	DIR *d = opendir(dir);
@@ -490,6 +560,11 @@ void images_gc(void)
 	sweep(true);
 }
 
+void images_collect(void)
+{
+	sweep(false);
+}
+
 int images_remove(const char *name, struct core_err *e)
 {
 	char id[OCI_DIGEST_LEN + 1];
@@ -526,20 +601,8 @@ int images_remove(const char *name, struct core_err *e)
 	} else {
 		rc = -1;
 	}
-	if (rc == 0 && last) {
-		static const char *const del[] = {"DELETE FROM image_layers WHERE image = ?1",
-						  "DELETE FROM images WHERE id = ?1"};
-		for (size_t i = 0; rc == 0 && i < 2; i++) {
-			st = prep(del[i]);
-			if (!st) {
-				rc = -1;
-				break;
-			}
-			sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
-			rc = sqlite3_step(st) == SQLITE_DONE ? 0 : -1;
-			sqlite3_finalize(st);
-		}
-	}
+	if (rc == 0 && last)
+		rc = del_image_rows(id);
 	if (rc == 0)
 		rc = sql("COMMIT");
 	if (rc < 0) {
@@ -1168,6 +1231,7 @@ int images_init(const struct images_config *c, struct moat_err *e)
 		"CREATE TABLE IF NOT EXISTS image_layers (image TEXT NOT NULL, idx INTEGER NOT NULL,"
 		" digest TEXT NOT NULL, diff_id TEXT NOT NULL, size INTEGER NOT NULL,"
 		" unpacked INTEGER NOT NULL, media_type TEXT NOT NULL, PRIMARY KEY (image, idx));"
+		"CREATE TABLE IF NOT EXISTS image_orphans (id TEXT PRIMARY KEY);"
 		"CREATE INDEX IF NOT EXISTS image_layers_diff ON image_layers(diff_id);"
 		"CREATE INDEX IF NOT EXISTS image_layers_digest ON image_layers(digest);") < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, 0, "image store tables: %s",

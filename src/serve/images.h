@@ -40,6 +40,9 @@ int images_init(const struct images_config *c, struct moat_err *e);
 /* After box_restore: collect images no name, sandbox or snapshot uses, and
  * blobs / layers no image row names. */
 void images_gc(void);
+/* A sandbox that used an image is gone: collect what it kept (an image
+ * whose last name a later pull took; blobs and layers no row names). */
+void images_collect(void);
 /* Cancel the workers (their jobs fail with ECANCELED) and join them. */
 void images_shutdown(void);
 

@@ -78,6 +78,8 @@ static int cmd_import(struct largs *a)
 {
 	struct moat_err e = {0};
 	struct oci_image im;
+	if (oci_blobs_open(a->store, &e) < 0)
+		return lfail(&e);
 	if (oci_import(a->store, a->pos[0], a->name, (int64_t)a->max_bytes, NULL, NULL, &im, &e) < 0)
 		return lfail(&e);
 	json_t *layers = json_array();

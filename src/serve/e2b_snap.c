@@ -63,7 +63,7 @@ static const char *query_value(struct evkeyvalq *kv, const char *key)
 	return NULL;
 }
 
-/* GET /snapshots?sandboxID&name&limit&nextToken: oldest first; the token
+/* GET /snapshots?sandboxID&name&limit&nextToken: snap_list's order; the token
  * is the id of the last snapshot of the page before. */
 static void h_list(struct evhttp_request *req)
 {

@@ -102,6 +102,11 @@ describe('snapshots', { timeout: 300_000 }, () => {
     assert.ok(e instanceof SandboxError, `${e?.constructor?.name}: ${e?.message}`)
     assert.match(String(e.message), new RegExp(name))
     assert.equal((await v1snaps()).length, before)
+    // an E2B-style namespaced name is not a moat name: 400 naming the rule
+    const e3 = await rejection(s.createSnapshot({ name: 'team/snap:v1' }), 30_000, 'a namespaced name')
+    assert.ok(e3 instanceof SandboxError && e3.statusCode === 400, `${e3?.constructor?.name}: ${e3?.message}`)
+    assert.match(String(e3.message), /name must be/)
+    assert.equal((await v1snaps()).length, before)
     assert.equal(await Sandbox.deleteSnapshot(snap.snapshotId), true)
     // a snapshot of a sandbox that is not there
     const e2 = await rejection(Sandbox.createSnapshot('nosuchsandbox'), 30_000, 'a snapshot of no sandbox')

@@ -740,8 +740,9 @@ int oci_import(const char *root, const char *path, const char *which, int64_t ma
 	struct run r = {.root = root, .left = max_bytes > 0 ? max_bytes : -1, .progress = progress,
 			.arg = arg};
 	int rc = -1;
-	if (oci_blobs_open(root, e) < 0)
-		return moat_err_prefix(e, "import");
+	/* the store is the caller's, opened once (oci_blobs_open at start): not
+	 * again here, whose sweep of tmp/ would remove the file being imported
+	 * (the daemon writes a POST body there) and other jobs' blobs */
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "import %s", path);

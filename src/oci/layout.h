@@ -13,7 +13,8 @@
 
 /* path: a directory or a tar (any compression); which: the image in it to
  * take, by its ref.name annotation or RepoTags entry (NULL: the only one;
- * several: an error listing them). */
+ * several: an error listing them). root: a store already opened
+ * (oci_blobs_open). */
 int oci_import(const char *root, const char *path, const char *which, int64_t max_bytes,
 	       oci_progress_cb progress, void *arg, struct oci_image *out, struct moat_err *e);
 

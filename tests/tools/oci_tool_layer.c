@@ -78,7 +78,9 @@ static int cmd_import(struct largs *a)
 {
 	struct moat_err e = {0};
 	struct oci_image im;
-	if (oci_import(a->store, a->pos[0], a->name, (int64_t)a->max_bytes, NULL, NULL, &im, &e) < 0)
+	/* oci_import takes an opened store (as the daemon opens its own once) */
+	if (oci_blobs_open(a->store, &e) < 0 ||
+	    oci_import(a->store, a->pos[0], a->name, (int64_t)a->max_bytes, NULL, NULL, &im, &e) < 0)
 		return lfail(&e);
 	json_t *layers = json_array();
 	for (size_t i = 0; i < im.m.nlayers; i++)

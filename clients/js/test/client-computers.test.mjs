@@ -4,7 +4,7 @@
 // the sandbox's files, not only through the client's answers.
 import { after, before, test } from 'node:test'
 import assert from 'node:assert/strict'
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { rejection, tag, withTimeout } from '../../../tests/node/daemon.mjs'
@@ -14,17 +14,17 @@ import { MoatSandbox, MoatError } from '../src/client.js'
 const d = useDaemon()
 const opts = clientOpts(d)
 
-let reg, ref
+let reg, ref, layout
 before(async () => {
   reg = spawn('python3', [fileURLToPath(new URL('./registry-helper.py', import.meta.url)), 'multi'],
     { stdio: ['pipe', 'pipe', 'inherit'] })
   let out = ''
   reg.stdout.on('data', (b) => { out += b })
   await withTimeout(new Promise((resolve, reject) => {
-    reg.stdout.on('data', () => { if (out.includes('\n')) resolve() })
+    reg.stdout.on('data', () => { if (out.split('\n').length > 2) resolve() })
     reg.on('exit', (c) => reject(new Error(`registry-helper.py exited ${c}`)))
   }), 120_000, 'the registry and its image')
-  ref = out.trim()
+  ;[ref, layout] = out.trim().split('\n')
 }, { timeout: 150_000 })
 after(async () => {
   if (reg && reg.exitCode === null) {
@@ -138,4 +138,20 @@ test('pause and resume', { timeout: 60_000 }, async () => {
   assert.equal((await d.v1('GET', `/v1/sandboxes/${sb.id}`)).json().state, 'running')
   assert.equal((await sb.exec('echo ok')).stdout, 'ok\n')
   await sb.delete()
+})
+
+test('import: an OCI layout as a tar, named; a tar that is no image is refused and stores nothing', { timeout: 120_000 }, async () => {
+  const tarBytes = new Uint8Array(execFileSync('tar', ['-C', layout, '-cf', '-', 'oci-layout', 'index.json', 'blobs'], { maxBuffer: 256 << 20 }))
+  const name = `js-import-${tag(6)}:1`
+  const img = await MoatSandbox.importImage(tarBytes, { ...opts, name })
+  assert.ok(img.names.some((n) => n.includes(`js-import-`)), JSON.stringify(img.names))
+  assert.ok((await d.v1('GET', '/v1/images')).json().images.some((i) => i.id === img.id))
+  const sb = await MoatSandbox.create({ ...opts, image: img.id })
+  assert.equal((await sb.exec('echo $MOAT_IMAGE')).stdout.trim(), 'multi')
+  await sb.delete()
+  await MoatSandbox.removeImage(img.id, opts)
+  const before = (await d.v1('GET', '/v1/images')).json().images.length
+  const e = await rejection(MoatSandbox.importImage(new TextEncoder().encode('not a tar at all'), opts), 30_000, 'a bad import')
+  assert.ok(e instanceof MoatError && e.status >= 400 && e.status < 500, `${e?.name}: ${e?.status} ${e?.message}`)
+  assert.equal((await d.v1('GET', '/v1/images')).json().images.length, before)
 })

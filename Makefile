@@ -263,7 +263,7 @@ FUZZ_SRC_api       := src/serve/api.c src/serve/api_images.c src/serve/api_life.
 FUZZ_LIBS_api      := -levent -ljansson -larchive -lcrypto
 # the E2B door's front and control plane behind stand-ins for box.c
 # (tests/fuzz/fuzz_e2b.c) and the core (core_stub.c until core.c lands)
-FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c tests/fuzz/e2b_stub.c src/serve/http.c src/serve/browser.c \
+FUZZ_SRC_e2b       := src/serve/e2b.c src/serve/e2b_api.c src/serve/e2b_snap.c tests/fuzz/e2b_stub.c src/serve/http.c src/serve/browser.c \
                       src/serve/http_guard.c src/serve/metrics.c $(FUZZ_BASE)
 FUZZ_LIBS_e2b      := -levent -ljansson
 # the framer in front of evhttp; the target includes http_guard.c itself

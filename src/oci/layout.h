@@ -12,9 +12,10 @@
 #include "image.h"
 
 /* root: a store opened with oci_blobs_open (its tmp/ is not emptied
- * here: other writers may be at work in it). path: a directory or a tar (any compression); which: the image in it to
- * take, by its ref.name annotation or RepoTags entry (NULL: the only one;
- * several: an error listing them). */
+ * here: other writers may be at work in it). path: a directory or a tar
+ * (any compression); which: the image in it to take, by its ref.name
+ * annotation or RepoTags entry (NULL: the only one; several: an error
+ * listing them). */
 int oci_import(const char *root, const char *path, const char *which, int64_t max_bytes,
 	       oci_progress_cb progress, void *arg, struct oci_image *out, struct moat_err *e);
 

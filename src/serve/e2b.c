@@ -187,12 +187,16 @@ static const char *uri_path(struct evhttp_request *req)
 	return p ? p : "";
 }
 
-/* "/sandboxes", "/sandboxes/...", the same under /v2, and /health */
+/* "/sandboxes", "/sandboxes/...", the same under /v2, /snapshots,
+ * /templates/... and /health */
 static bool control_path(const char *p)
 {
 	if (!strncmp(p, "/v2/", 4))
 		p += 3;
 	if (!strncmp(p, "/sandboxes", 10) && (p[10] == '\0' || p[10] == '/'))
+		return true;
+	/* the SDK's listSnapshots and deleteSnapshot (e2b_snap.c) */
+	if (!strcmp(p, "/snapshots") || !strncmp(p, "/templates/", 11))
 		return true;
 	return !strcmp(p, "/health");
 }

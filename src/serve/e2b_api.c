@@ -339,13 +339,21 @@ static bool refuse_unsupported(struct evhttp_request *req, json_t *body)
  * the host's system ("host"; users mode gives it a copy-on-write root),
  * else an image of the store by name or digest (images.h).
  * NULL: no such template. */
-static const char *template_image(const char *name)
+static const char *operator_template(const char *name)
 {
 	const struct core_config *c = core_config();
 	size_t n = strlen(name);
 	for (size_t i = 0; c && c->templates && c->templates[i]; i++)
 		if (!strncmp(c->templates[i], name, n) && c->templates[i][n] == '=')
 			return c->templates[i] + n + 1;
+	return NULL;
+}
+
+static const char *template_image(const char *name)
+{
+	const char *op = operator_template(name);
+	if (op)
+		return op;
 	if (!strcmp(name, "base"))
 		return "host";
 	/* an image of the store (moat image pull): the core resolves it again */
@@ -485,7 +493,19 @@ static void h_create(struct evhttp_request *req)
 		return;
 	if (timeout == 0)
 		timeout = DEFAULT_TIMEOUT_S;
-	const char *image = template_image(tpl);
+	/* a snapshot (Sandbox.createSnapshot's snapshotId, or its name), after
+	 * the operator's templates and "base", before the store's images (the
+	 * core looks a snapshot up first too) */
+	char snapimg[96];
+	bool snap_host = false;
+	int snap = strcmp(tpl, "base") && !operator_template(tpl)
+			   ? e2b_snap_template(tpl, snapimg, sizeof snapimg, &snap_host)
+			   : 0;
+	if (snap < 0) {
+		e2b_api_error(req, 500, "cannot look up template '%.100s' among the snapshots", tpl);
+		return;
+	}
+	const char *image = snap ? snapimg : template_image(tpl);
 	if (!image) {
 		/* what E2B answers */
 		e2b_api_error(req, 404, "template '%.100s' not found", tpl);
@@ -500,8 +520,9 @@ static void h_create(struct evhttp_request *req)
 	/* a template is the core's by its name (the operator's --template,
 	 * no --allow-host-path needed); users mode is the host's view only,
 	 * so a template's sandbox has its one user (docs/e2b.md) */
-	bool host = !strcmp(image, "host");
-	json_auto_t *v1 = json_pack("{s:s,s:I,s:I}", "image", host ? "host" : tpl, "timeout_s",
+	bool host = snap ? snap_host : !strcmp(image, "host");
+	json_auto_t *v1 = json_pack("{s:s,s:I,s:I}", "image",
+				    snap ? snapimg : host ? "host" : tpl, "timeout_s",
 				    (json_int_t)timeout, "idle_timeout_s", (json_int_t)0);
 	bool auto_pause = json_is_true(json_object_get(body, "autoPause"));
 	if (auto_pause) /* paused, not killed, at its end */
@@ -735,6 +756,7 @@ static void h_sandbox(struct evhttp_request *req, enum evhttp_cmd_type m, const 
 	} routes[] = {{"connect", EVHTTP_REQ_POST},   {"timeout", EVHTTP_REQ_POST},
 		      {"refreshes", EVHTTP_REQ_POST}, {"pause", EVHTTP_REQ_POST},
 		      {"resume", EVHTTP_REQ_POST},    {"snapshots", EVHTTP_REQ_POST},
+		      {"fork", EVHTTP_REQ_POST},
 		      {"network", EVHTTP_REQ_PUT},    {"metrics", EVHTTP_REQ_GET},
 		      {"logs", EVHTTP_REQ_GET}};
 	size_t r = 0, nr = sizeof routes / sizeof routes[0];
@@ -774,9 +796,14 @@ static void h_sandbox(struct evhttp_request *req, enum evhttp_cmd_type m, const 
 	} else if (!strcmp(what, "pause")) {
 		h_pause(req, b);
 	} else if (!strcmp(what, "snapshots")) {
-		/* not 409: the JS SDK reads 409 as "already paused" and returns
-		 * false; 501 raises a SandboxError carrying this message */
-		e2b_api_error(req, 501, "snapshots are not supported by moat yet (issue 13)");
+		json_auto_t *body = body_json(req, true);
+		if (body)
+			e2b_snap_create(req, b, body);
+	} else if (!strcmp(what, "fork")) {
+		/* moat's fork (POST /v1/sandboxes/{id}/fork) copies the filesystem
+		 * only, and its sandboxes are not this door's (no envd token) */
+		e2b_api_error(req, 501, "fork is not supported by moat's E2B door (its fork "
+			      "copies no processes): createSnapshot, then Sandbox.create(snapshotId)");
 	} else if (!strcmp(what, "resume")) {
 		h_resume(req, b);
 	} else if (!strcmp(what, "network")) {
@@ -1097,6 +1124,8 @@ void e2b_api_route(struct evhttp_request *req, const char *path)
 	bool v2 = n > 0 && !strcmp(seg[0], "v2");
 	char **s = v2 ? seg + 1 : seg;
 	int k = v2 ? n - 1 : n;
+	if (!v2 && e2b_snap_route(req, s, k))
+		return;
 	if (k < 1 || strcmp(s[0], "sandboxes")) {
 		e2b_api_error(req, 404, "no such route: %.200s", path);
 		return;

@@ -36,6 +36,17 @@ int e2b_files_auth(struct evhttp_request *req, const char *tok, const char *op, 
 
 /* e2b_api.c: the control plane (after X-API-KEY was checked). */
 void e2b_api_route(struct evhttp_request *req, const char *path);
+/* e2b_snap.c: E2B's snapshot calls onto snap.h. POST
+ * /sandboxes/{id}/snapshots for the door's running sandbox b, body its
+ * JSON ({"name"?}). */
+void e2b_snap_create(struct evhttp_request *req, struct box *b, json_t *body);
+/* GET /snapshots and DELETE /templates/{id} (seg: the path's n segments,
+ * after any /v2): true when answered. */
+bool e2b_snap_route(struct evhttp_request *req, char **seg, int n);
+/* A create's templateID naming a snapshot (id or name): 1 with image =
+ * "snapshot:<sid>" (for the /v1 create body) and *host = its sandbox ran
+ * on the host's system; 0: not a snapshot; -1: the store failed. */
+int e2b_snap_template(const char *tpl, char *image, size_t cap, bool *host);
 /* e2b_envd.c: envd traffic for sandbox id (b NULL: unknown or dead: 502).
  * Checks X-Access-Token itself (not for /health; /files may be signed). */
 void e2b_envd_route(struct evhttp_request *req, struct box *b, const char *id, int port,

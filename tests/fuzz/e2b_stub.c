@@ -238,3 +238,28 @@ WEAK int images_resolve(const char *name, struct images_resolved *out, struct co
 WEAK void images_resolved_free(struct images_resolved *r)
 {
 }
+
+/* the snapshots (snap.c): none here, and none can be made */
+#include "../../src/serve/snap.h"
+WEAK json_t *snap_create(struct box *b, const char *name, struct core_err *e)
+{
+	e->status = 507;
+	snprintf(e->code, sizeof e->code, "insufficient_storage");
+	snprintf(e->msg, sizeof e->msg, "no snapshot store under this fuzzer");
+	return NULL;
+}
+WEAK json_t *snap_list(void)
+{
+	return json_pack("{s:[]}", "snapshots");
+}
+WEAK json_t *snap_get(const char *ref, struct core_err *e)
+{
+	e->status = 404;
+	snprintf(e->code, sizeof e->code, "not_found");
+	snprintf(e->msg, sizeof e->msg, "no snapshot %.64s", ref);
+	return NULL;
+}
+WEAK int snap_delete(const char *ref, struct core_err *e)
+{
+	return snap_get(ref, e) ? 0 : -1;
+}

@@ -43,6 +43,8 @@ mkdir -p "$tmp/repo/$rel" "$tmp/repo/tests/node" "$tmp/bin"
 (cd "$pkg" && tar cf - --exclude=./node_modules .) | (cd "$tmp/repo/$rel" && tar xf -) || exit 2
 cp -R "$pkg/node_modules" "$tmp/repo/$rel/node_modules"
 cp "$root"/tests/node/*.mjs "$tmp/repo/tests/node/"
+# the registry fixture (python) some suites start (clients/js/test/registry-helper.py)
+mkdir -p "$tmp/repo/tests/oci" && cp "$root"/tests/oci/fixture.py "$tmp/repo/tests/oci/"
 copy_bins "$tmp/bin"
 chmod -R a+rX "$tmp"
 

@@ -63,6 +63,9 @@ export declare class MoatSandboxSession implements SandboxSession<MoatSessionSta
   persistWorkspace(): Promise<Uint8Array>
   /** PUT archive. */
   hydrateWorkspace(data: WorkspaceArchiveData): Promise<void>
+  /** moat's same-host fast path (not the SDK's contract): the filesystem into a daemon
+   * snapshot; start a sandbox from it with the client option image: `snapshot:<id>`. */
+  snapshotWorkspace(opts?: { name?: string }): Promise<import('./client.js').SnapshotInfo>
   /** Deletes the sandbox; idempotent, one DELETE however often called. */
   delete(): Promise<void>
   /** Alias of delete. */

@@ -13,6 +13,10 @@
 //         deleteFile
 //   session.viewImage               GET image
 //   session.readFile/listDir/...    GET files, files/list, files/stat
+//   session.persistWorkspace        GET archive (tar bytes, the SDK's contract)
+//   session.hydrateWorkspace        PUT archive
+//   session.snapshotWorkspace       POST snapshots (moat's, same host; create
+//                                   with image "snapshot:<id>" starts from it)
 //
 // Session ids of write_stdin are moat's process ids (small integers).
 // See docs/agents-sdk.md.
@@ -338,8 +342,24 @@ export class MoatSandboxSession {
     await applyOps(this.sandbox, ops, ops.filter((o) => o.mode !== undefined).map((o) => ({ path: o.path, mode: o.mode })))
   }
 
+  /**
+   * The SDK's contract: the workspace as tar bytes (workspace-relative
+   * names), which the SDK's snapshot store keeps and may hand to another
+   * host. Always bytes: a moat snapshot is a reference valid on its daemon
+   * only (see snapshotWorkspace).
+   */
   async persistWorkspace() {
     return await this.sandbox.archive()
+  }
+
+  /**
+   * moat's same-host fast path, outside the SDK's contract: the sandbox's
+   * whole filesystem into a daemon snapshot (a layer, not a copy of the
+   * bytes), returned as {id, name?, ...}. A later sandbox starts from it
+   * with the client option image: `snapshot:<id>` (or the snapshot's name).
+   */
+  async snapshotWorkspace(opts = {}) {
+    return await this.sandbox.snapshot(opts)
   }
 
   async hydrateWorkspace(data) {
@@ -390,7 +410,7 @@ export class MoatSandboxClient {
   async create(args, manifestOptions) {
     const { manifest, options, snapshot } = normalizeSandboxClientCreateArgs(args, manifestOptions)
     if (snapshot && snapshot.type !== 'noop') {
-      throw new SandboxUnsupportedFeatureError(`moat: snapshot ${JSON.stringify(snapshot.type)} is not supported (moat keeps no workspace snapshots; leave it out or use {type: "noop"})`,
+      throw new SandboxUnsupportedFeatureError(`moat: snapshot ${JSON.stringify(snapshot.type)} is not supported (the provider does not persist through the SDK's snapshot stores: leave it out or use {type: "noop"}; persistWorkspace gives the tar, snapshotWorkspace a moat snapshot)`,
         { provider: 'moat', feature: 'snapshot' })
     }
     const o = { ...this.defaults }

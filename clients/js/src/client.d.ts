@@ -48,7 +48,8 @@ export interface MoatManifest {
 }
 
 export interface CreateOptions extends ConnectOptions {
-  /** "host" (default) or an absolute root filesystem directory under the daemon's --allow-host-path. */
+  /** "host" (default), an image of the store (name or digest), "snapshot:<sid>" or a
+   * snapshot's name, or an absolute root filesystem directory under the daemon's --allow-host-path. */
   image?: string
   env?: Record<string, string>
   limits?: SandboxLimits
@@ -63,7 +64,7 @@ export interface CreateOptions extends ConnectOptions {
 /** The /v1 sandbox object. */
 export interface SandboxInfo {
   id: string
-  state: 'running' | 'stopped'
+  state: 'running' | 'stopped' | 'paused'
   created_at: string
   image: string
   limits: Record<string, unknown>
@@ -135,6 +136,20 @@ export declare class MoatSandbox {
   /** GET /v1/sandboxes (?metadata.K=V for each pair). */
   static list(opts?: ConnectOptions & { metadata?: Record<string, string> }): Promise<SandboxInfo[]>
 
+  /** POST /v1/images; with onProgress the answer is streamed (server-sent events). */
+  static pullImage(ref: string, opts?: ConnectOptions & { insecure?: boolean; onProgress?: (p: PullProgress) => void }): Promise<ImageInfo>
+  /** POST /v1/images/import: an OCI layout / OCI archive / docker save tar. */
+  static importImage(tarBytes: Uint8Array, opts?: ConnectOptions & { name?: string }): Promise<ImageInfo>
+  static listImages(opts?: ConnectOptions): Promise<ImageInfo[]>
+  /** A name or the manifest digest. */
+  static inspectImage(name: string, opts?: ConnectOptions): Promise<ImageInfo & { config?: Record<string, unknown>; layers?: unknown[] }>
+  /** 409 while a sandbox or a snapshot uses it. */
+  static removeImage(name: string, opts?: ConnectOptions): Promise<void>
+  static listSnapshots(opts?: ConnectOptions): Promise<SnapshotInfo[]>
+  /** An id or a name. */
+  static getSnapshot(ref: string, opts?: ConnectOptions): Promise<SnapshotInfo>
+  static deleteSnapshot(ref: string, opts?: ConnectOptions): Promise<void>
+
   readonly id: string
   readonly baseUrl: string
   /** The last /v1 sandbox object seen (create, connect or refresh). */
@@ -165,6 +180,42 @@ export declare class MoatSandbox {
   restoreArchive(tarBytes: Uint8Array): Promise<void>
   /** GET netlog: the gateway's decisions, one object a line. */
   netlog(): Promise<Record<string, unknown>[]>
+  /** POST snapshots: the filesystem into a new snapshot (the sandbox keeps running). */
+  snapshot(opts?: { name?: string }): Promise<SnapshotInfo>
+  /** POST restore: the filesystem replaced by the snapshot's, processes restarted. */
+  restore(snapshot: string): Promise<{ sandbox: SandboxInfo; processes: 'restarted' | string }>
+  /** POST fork: count (1..32) new sandboxes, all or none; processes are not copied. */
+  fork(count?: number): Promise<MoatSandbox[]>
+  /** POST pause / resume: the cgroup freezer; 409 when already so. */
+  pause(): Promise<SandboxInfo>
+  resume(): Promise<SandboxInfo>
   /** Idempotent: a sandbox already gone counts as deleted. */
   delete(): Promise<void>
+}
+
+export interface PullProgress {
+  layers_done: number
+  layers_total: number
+  bytes_done: number
+  bytes_total: number
+}
+
+export interface ImageInfo {
+  id: string
+  names: string[]
+  size: number
+  created?: string
+  layer_count: number
+  [k: string]: unknown
+}
+
+export interface SnapshotInfo {
+  id: string
+  name?: string
+  sandbox_id: string
+  created_at: string
+  size: number
+  /** btrfs, reflink or copy */
+  backend: string
+  image: string
 }

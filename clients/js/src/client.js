@@ -90,6 +90,88 @@ async function request(conn, method, path, { body, as = 'json' } = {}) {
   }
 }
 
+/**
+ * POST /v1/images as a text/event-stream: each "progress" event's data to
+ * onProgress, then the "image" (returned) or "error" (thrown as MoatError).
+ * An error answered before the stream starts is an ordinary error answer.
+ */
+async function pullStream(conn, body, onProgress) {
+  const path = '/v1/images'
+  const url = conn.baseUrl + path
+  const headers = { 'Content-Type': 'application/json', Accept: 'text/event-stream' }
+  if (conn.token) headers.Authorization = `Bearer ${conn.token}`
+  let res
+  try {
+    res = await fetch(url, { method: 'POST', headers, body: JSON.stringify(body) })
+  } catch (e) {
+    const why = e?.cause?.code || e?.cause?.message || e?.message || String(e)
+    throw new Error(`moat: cannot reach ${url}: ${why}`, { cause: e })
+  }
+  const type = res.headers.get('content-type') ?? ''
+  if (res.status >= 400 || !type.startsWith('text/event-stream')) {
+    const buf = new Uint8Array(await res.arrayBuffer())
+    let j
+    try {
+      j = JSON.parse(new TextDecoder().decode(buf))
+    } catch {}
+    if (res.status >= 400) {
+      throw new MoatError(res.status, j?.error?.code ?? `http_${res.status}`,
+        j?.error?.message ?? `moat answered ${res.status} to POST ${path}`)
+    }
+    if (j === undefined) throw new MoatError(res.status, 'bad_answer', `moat answered POST ${path} with a body that is not JSON`)
+    return j // an image already in the store: no stream
+  }
+  const dec = new TextDecoder()
+  let pending = ''
+  let event = 'message'
+  let data = []
+  // one event: its data lines joined; true when it ends the stream
+  const dispatch = () => {
+    const text = data.join('\n')
+    const ev = event
+    event = 'message'
+    data = []
+    if (!text) return undefined
+    let j
+    try {
+      j = JSON.parse(text)
+    } catch {
+      throw new MoatError(res.status, 'bad_answer', `moat's pull stream sent an event that is not JSON: ${text.slice(0, 100)}`)
+    }
+    if (ev === 'progress') {
+      onProgress?.(j)
+      return undefined
+    }
+    if (ev === 'image') return { image: j }
+    if (ev === 'error') {
+      const e = j?.error ?? {}
+      throw new MoatError(e.status ?? 500, e.code ?? 'internal', e.message ?? 'the pull failed')
+    }
+    return undefined
+  }
+  for await (const chunk of res.body) {
+    pending += dec.decode(chunk, { stream: true })
+    let nl
+    while ((nl = pending.indexOf('\n')) >= 0) {
+      const line = pending.slice(0, nl).replace(/\r$/, '')
+      pending = pending.slice(nl + 1)
+      if (line === '') {
+        const done = dispatch()
+        if (done) return done.image
+      } else if (line.startsWith(':')) {
+        // a comment: the daemon's keep-alive
+      } else if (line.startsWith('event:')) {
+        event = line.slice(6).trim()
+      } else if (line.startsWith('data:')) {
+        data.push(line.slice(5).replace(/^ /, ''))
+      }
+    }
+  }
+  const done = dispatch()
+  if (done) return done.image
+  throw new MoatError(res.status, 'bad_answer', `moat's pull stream ended without an image or an error`)
+}
+
 /** moat's 404 for the sandbox itself (not for a path or process in it). */
 export function isSandboxGone(e) {
   return e instanceof MoatError && e.status === 404 && /^no sandbox /.test(e.message)
@@ -137,6 +219,89 @@ export class MoatSandbox {
     const s = q.toString()
     const r = await request(conn, 'GET', `/v1/sandboxes${s ? `?${s}` : ''}`)
     return r.sandboxes
+  }
+
+  // ---- the image store (GET/POST/DELETE /v1/images) ----
+
+  /**
+   * Pull ref from its registry into the daemon's store. onProgress({layers_done,
+   * layers_total, bytes_done, bytes_total}) is called as the pull goes (the
+   * answer is then streamed as server-sent events). -> the image.
+   */
+  static async pullImage(ref, opts = {}) {
+    if (typeof ref !== 'string' || ref === '') throw new TypeError('moat: pullImage needs an image reference')
+    const conn = resolveConn(opts)
+    const body = defined({ ref, insecure: opts.insecure })
+    if (opts.onProgress) return await pullStream(conn, body, opts.onProgress)
+    return await request(conn, 'POST', '/v1/images', { body })
+  }
+
+  /** An OCI layout / OCI archive / docker save tar (bytes) into the store. -> the image. */
+  static async importImage(tarBytes, opts = {}) {
+    const conn = resolveConn(opts)
+    return await request(conn, 'POST', `/v1/images/import${query({ name: opts.name })}`, { body: tarBytes })
+  }
+
+  /** -> [{id, names, size, created, layer_count}] */
+  static async listImages(opts = {}) {
+    return (await request(resolveConn(opts), 'GET', '/v1/images')).images
+  }
+
+  /** A name or the manifest digest -> the image with its config and layers. */
+  static async inspectImage(name, opts = {}) {
+    return await request(resolveConn(opts), 'GET', `/v1/images/${enc(name)}`)
+  }
+
+  /** 409 while a sandbox or a snapshot uses it. */
+  static async removeImage(name, opts = {}) {
+    await request(resolveConn(opts), 'DELETE', `/v1/images/${enc(name)}`, { as: 'none' })
+  }
+
+  // ---- snapshots (a create from one: create({image: 'snapshot:<sid>'}) or its name) ----
+
+  /** -> [{id, name, sandbox_id, created_at, size, backend, image}] */
+  static async listSnapshots(opts = {}) {
+    return (await request(resolveConn(opts), 'GET', '/v1/snapshots')).snapshots
+  }
+
+  /** An id or a name. */
+  static async getSnapshot(ref, opts = {}) {
+    return await request(resolveConn(opts), 'GET', `/v1/snapshots/${enc(ref)}`)
+  }
+
+  static async deleteSnapshot(ref, opts = {}) {
+    await request(resolveConn(opts), 'DELETE', `/v1/snapshots/${enc(ref)}`, { as: 'none' })
+  }
+
+  /** This sandbox's filesystem into a new snapshot; the sandbox keeps running. */
+  async snapshot(opts = {}) {
+    return await this._req('POST', '/snapshots', { body: defined({ name: opts.name }) })
+  }
+
+  /** Replace this sandbox's filesystem with the snapshot's (its processes are restarted). */
+  async restore(snapshot) {
+    const r = await this._req('POST', '/restore', { body: { snapshot } })
+    if (r?.sandbox) this.info = r.sandbox
+    return r
+  }
+
+  /** count new sandboxes whose filesystems start as this one's now (processes are not copied). */
+  async fork(count = 1) {
+    const r = await this._req('POST', '/fork', { body: { count } })
+    return r.sandboxes.map((info) => new MoatSandbox(this._conn, info))
+  }
+
+  // ---- pause ----
+
+  /** Freeze every process (409 when paused already); updates this.info. */
+  async pause() {
+    this.info = await this._req('POST', '/pause', { body: {} })
+    return this.info
+  }
+
+  async resume() {
+    this.info = await this._req('POST', '/resume', { body: {} })
+    return this.info
   }
 
   _path(rest) {

@@ -203,3 +203,34 @@ test('persistWorkspace / hydrateWorkspace carry a workspace from one sandbox to 
     await b.delete()
   }
 })
+
+test('snapshotWorkspace: a moat snapshot (same host) that a later run starts from, through the client option image', async () => {
+  const mark = tag()
+  const client = newClient(mark)
+  const a = await client.create({ manifest: new Manifest({ entries: { 'w/state.txt': { type: 'file', content: 'at the snapshot\n' } } }) })
+  let snap
+  try {
+    snap = await a.snapshotWorkspace({ name: `agents-${mark}` })
+    assert.equal(snap.sandbox_id, a.state.sandboxId)
+    assert.ok((await d.v1('GET', '/v1/snapshots')).json().snapshots.some((s) => s.id === snap.id))
+    // the tar contract is unchanged: bytes, whatever the snapshots
+    assert.ok((await a.persistWorkspace()) instanceof Uint8Array)
+    await d.v1('PUT', `/v1/sandboxes/${a.state.sandboxId}/files?path=w/state.txt`, 'changed later\n')
+  } finally {
+    await a.delete()
+  }
+  // the parent is gone; a run whose sandbox the runner creates from the snapshot
+  const { agent } = agentWith([
+    [functionCall('exec_command', { cmd: 'cat w/state.txt' }, { callId: 'p1' })],
+    [assistantMessage('done')],
+  ])
+  const fromSnap = new MoatSandboxClient({ baseUrl: d.url, token: d.token, metadata: { mark }, image: `snapshot:${snap.id}` })
+  const r = await run(agent, 'go', { sandbox: { client: fromSnap }, maxTurns: 4 })
+  assert.equal(parseExec(outputs(r).get('p1')).output, 'at the snapshot\n')
+  assert.deepEqual((await d.v1('GET', `/v1/sandboxes?metadata.mark=${mark}`)).json().sandboxes, [], 'the run deletes its sandbox')
+  assert.equal((await d.v1('DELETE', `/v1/snapshots/${snap.id}`)).status, 204)
+  // an unknown snapshot: the create fails naming it
+  const bad = new MoatSandboxClient({ baseUrl: d.url, token: d.token, image: 'snapshot:nosuchsnap' })
+  const e = await rejection(bad.create({ manifest: new Manifest() }))
+  assert.match(String(e?.message), /nosuchsnap/)
+})

@@ -509,7 +509,7 @@ int main(int argc, char **argv)
 		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v,
 		.allow_degraded = allow_degraded, .degraded = degraded};
 	core_init(&core);
-	if (store_open(".", &e) < 0 || snap_init(0 /* TODO: --store-max (wt-images) */, &e) < 0 ||
+	if (store_open(".", &e) < 0 || snap_init((uint64_t)imcfg.store_max, &e) < 0 ||
 	    box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	imcfg.base = base;

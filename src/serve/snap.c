@@ -276,16 +276,44 @@ static void storage_err(struct core_err *e, int err, const char *what, const cha
 }
 
 /* Freeze b's processes while its fs/ is copied, so that the copy is of
- * one moment (a btrfs snapshot is atomic anyway; a tree walk is not).
- * TODO(pause): moat_cgroup_freeze lands with wt-pause; until then the
- * capture runs beside the sandbox's processes. */
-static void hold(struct box *b, bool frozen)
+ * one moment: a tree walk (copy, reflink) would otherwise see a file
+ * half-written, or one directory before and another after a rename. A
+ * btrfs snapshot is atomic: no freeze. A sandbox its user paused stays
+ * paused (box_hold leaves it). Without a freezer (a daemon that cannot
+ * make freezer cgroups) the copy runs beside the processes, said once in
+ * the log. 0, or -1 and e (the freeze failed: nothing was copied). */
+static int hold(struct box *b, struct core_err *e)
 {
-	(void)b;
-	(void)frozen;
+	static bool warned;
+	if (backend == MOAT_FSCLONE_BTRFS)
+		return 0;
+	struct moat_err me = {0};
+	if (box_hold(b, true, &me) == 0)
+		return 0;
+	if (me.errnum == ENOTSUP) {
+		if (!warned)
+			fprintf(stderr, "moat serve: snapshots are copied beside the sandbox's "
+				"processes (no freezer: %s)\n", me.msg);
+		warned = true;
+		return 0;
+	}
+	struct moat_err ign = {0};
+	box_hold(b, false, &ign); /* a freeze that did not complete: undone */
+	cerr(e, 500, "internal", "cannot freeze sandbox %s for a consistent copy: %s", box_id(b),
+	     me.msg);
+	return -1;
 }
 
-static bool name_ok(const char *n)
+static void release(struct box *b)
+{
+	if (backend == MOAT_FSCLONE_BTRFS)
+		return;
+	struct moat_err me = {0};
+	if (box_hold(b, false, &me) < 0 && me.errnum != ENOTSUP)
+		fprintf(stderr, "moat serve: %s: cannot thaw after a copy: %s\n", box_id(b), me.msg);
+}
+
+bool snap_name_ok(const char *n)
 {
 	size_t l = strlen(n);
 	return l >= 1 && l <= 64 && strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -330,7 +358,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 	if (!snapshotable(b, "snapshot", e))
 		return NULL;
 	struct snap_row r = {0};
-	if (name && !name_ok(name)) {
+	if (name && !snap_name_ok(name)) {
 		cerr(e, 400, "invalid_request",
 		     "name must be 1 to 64 letters, digits, '.', '_' or '-' (not first), not \"host\"");
 		return NULL;
@@ -357,10 +385,14 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, errno, "the snapshot", strerror(errno));
 		return NULL;
 	}
-	hold(b, true);
+	if (hold(b, e) < 0) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		return NULL;
+	}
+	crash_point("snapshot-frozen");
 	int rc = moat_fsclone_clone(backend, AT_FDCWD, box_fs(b), AT_FDCWD, tmpfs, true, skip_work,
 				    &r.size, &me);
-	hold(b, false);
+	release(b);
 	if (rc < 0) {
 		moat_fsclone_remove(AT_FDCWD, tmp);
 		char what[64];
@@ -551,13 +583,14 @@ json_t *snap_fork(struct box *b, int count, struct core_err *e)
 	json_t *out = NULL;
 	int i;
 	/* every copy of one moment: the sandbox held while they are made */
-	hold(b, true);
+	if (hold(b, e) < 0)
+		return NULL;
 	for (i = 0; i < count; i++) {
 		fs[i] = new_clone_name();
 		if (clone_to(box_fs(b), fs[i], e) < 0)
 			break;
 	}
-	hold(b, false);
+	release(b);
 	if (i < count)
 		goto out;
 	crash_point("fork-cloned");
@@ -623,4 +656,100 @@ int snap_for_create(const char *image, char **fs, json_t **spec, struct core_err
 	*fs = dst;
 	*spec = sp;
 	return 1;
+}
+
+/* ---- for export and import ------------------------------------------------ */
+
+int snap_info(const char *ref, struct snap_info *out, struct core_err *e)
+{
+	struct snap_row r = {0};
+	if (!find(ref, &r, e))
+		return -1;
+	memcpy(out->id, r.id, sizeof out->id);
+	out->name = r.name;
+	out->image = r.image;
+	out->spec = r.spec;
+	free(r.sandbox);
+	return 0;
+}
+
+void snap_info_free(struct snap_info *i)
+{
+	free(i->name);
+	free(i->image);
+	free(i->spec);
+	*i = (struct snap_info){0};
+}
+
+void snap_new_id(char out[32])
+{
+	random_id(out, 16, "s");
+}
+
+json_t *snap_adopt(const char *id, const char *name, const char *image, const json_t *spec,
+		   const char *ws, struct core_err *e)
+{
+	struct snap_row r = {0};
+	if (name && row_find(name, &r) != 0) {
+		row_free(&r);
+		cerr(e, 409, "already_exists", "a snapshot named %s exists", name);
+		return NULL;
+	}
+	int64_t used = total_size(), need = moat_fsclone_size(AT_FDCWD, ws);
+	if (need < 0) {
+		cerr(e, 500, "internal", "%s: %s", ws, strerror(errno));
+		return NULL;
+	}
+	if (store_max && (uint64_t)(used + need) > store_max) {
+		cerr(e, 507, "insufficient_storage",
+		     "the imported snapshot (%lld bytes) does not fit under --store-max %llu "
+		     "(%lld used)",
+		     (long long)need, (unsigned long long)store_max, (long long)used);
+		return NULL;
+	}
+	snprintf(r.id, sizeof r.id, "%s", id);
+	char tmp[64], p[96], dst[64];
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%s", SNAPS, r.id);
+	snprintf(dst, sizeof dst, "%s/%s", SNAPS, r.id);
+	struct moat_err me = {0};
+	/* the tree copy of a layer: btrfs can reflink it (the layer is no
+	 * subvolume), else as the backend copies */
+	enum moat_fsclone tb = backend == MOAT_FSCLONE_BTRFS ? MOAT_FSCLONE_REFLINK : backend;
+	int rc = mkdir(tmp, 0700) < 0 ? moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", tmp) : 0;
+	snprintf(p, sizeof p, "%s/fs", tmp);
+	if (rc == 0)
+		rc = moat_fsclone_mkdir(backend, AT_FDCWD, p, 0700, &me);
+	snprintf(p, sizeof p, "%s/fs/workspace", tmp);
+	if (rc == 0)
+		rc = moat_fsclone_clone(tb, AT_FDCWD, ws, AT_FDCWD, p, false, NULL, &r.size, &me);
+	static const char *const empty[] = {"upper", "work"};
+	for (size_t i = 0; rc == 0 && i < 2; i++) {
+		snprintf(p, sizeof p, "%s/fs/%s", tmp, empty[i]);
+		if (mkdir(p, 0755) < 0)
+			rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", p);
+	}
+	crash_point("import-copied");
+	if (rc == 0 && rename(tmp, dst) < 0)
+		rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", dst);
+	if (rc < 0) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		storage_err(e, me.errnum, "the imported snapshot", me.msg);
+		return NULL;
+	}
+	if (r.size < 0)
+		r.size = need;
+	r.name = name ? strdup(name) : NULL;
+	r.sandbox = strdup("");
+	r.image = strdup(image);
+	r.spec = json_dumps(spec, JSON_COMPACT);
+	r.created_at = (int64_t)time(NULL);
+	json_t *out = NULL;
+	if (!r.sandbox || !r.image || !r.spec || (name && !r.name) || row_put(&r) < 0) {
+		moat_fsclone_remove(AT_FDCWD, dst);
+		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
+	} else {
+		out = row_json(&r);
+	}
+	row_free(&r);
+	return out;
 }

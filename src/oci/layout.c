@@ -740,7 +740,7 @@ int oci_import(const char *root, const char *path, const char *which, int64_t ma
 	struct run r = {.root = root, .left = max_bytes > 0 ? max_bytes : -1, .progress = progress,
 			.arg = arg};
 	int rc = -1;
-	if (oci_blobs_open(root, e) < 0)
+	if (oci_blobs_ensure(root, e) < 0)
 		return moat_err_prefix(e, "import");
 	struct stat st;
 	if (stat(path, &st) < 0)

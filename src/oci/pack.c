@@ -192,6 +192,11 @@ static int pack_cb(enum moat_walk_event ev, const struct moat_walk_ent *en, void
 		k->failed = true;
 		return -1;
 	}
+	/* a directory we may not list (a sandbox's mode-000 placeholder,
+	 * unprivileged): packed empty, with its mode, as fsclone copies it */
+	if (S_ISDIR(en->st->st_mode) && geteuid() != 0 &&
+	    (en->st->st_mode & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR))
+		return MOAT_WALK_SKIP;
 	return 0;
 }
 

@@ -1201,6 +1201,9 @@ static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_er
 			moat_strv_add(&p->rootfs_layers, ir.layers.v[i]);
 		images_resolved_free(&ir);
 		p->rootfs_size = spec->disk;
+		/* the root's changes on disk too, or a snapshot loses them */
+		if (!spec->disk)
+			p->rootfs_upper = strdup(fsdir);
 	} else if (spec->image && strcmp(spec->image, "host") != 0) {
 		p->rootfs = strdup(spec->image);
 		p->rootfs_size = spec->disk;

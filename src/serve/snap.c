@@ -36,7 +36,7 @@ static const char *crash_at;
 static const char *const skip_work[] = {"work", NULL};
 
 /* MOAT_TEST_CRASH_AT=<step>: SIGKILL ourselves there (tests/e2e/test_snapshots.py) */
-static void crash_point(const char *step)
+void snap_crash_point(const char *step)
 {
 	if (crash_at && !strcmp(crash_at, step)) {
 		fprintf(stderr, "moat serve: MOAT_TEST_CRASH_AT=%s: killing myself\n", step);
@@ -389,7 +389,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		moat_fsclone_remove(AT_FDCWD, tmp);
 		return NULL;
 	}
-	crash_point("snapshot-frozen");
+	snap_crash_point("snapshot-frozen");
 	int rc = moat_fsclone_clone(backend, AT_FDCWD, box_fs(b), AT_FDCWD, tmpfs, true, skip_work,
 				    &r.size, &me);
 	release(b);
@@ -400,7 +400,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, me.errnum, what, me.msg);
 		return NULL;
 	}
-	crash_point("snapshot-captured");
+	snap_crash_point("snapshot-captured");
 	if (r.size < 0)
 		r.size = moat_fsclone_size(AT_FDCWD, tmpfs);
 	if (r.size < 0) {
@@ -421,7 +421,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, err, "the snapshot", strerror(err));
 		return NULL;
 	}
-	crash_point("snapshot-renamed");
+	snap_crash_point("snapshot-renamed");
 	r.name = name ? strdup(name) : NULL;
 	r.sandbox = strdup(box_id(b));
 	r.image = strdup(image_of(box_spec_json(b)));
@@ -555,7 +555,7 @@ json_t *snap_restore(struct box *b, const char *ref, struct core_err *e)
 	moat_fsclone_remove(AT_FDCWD, dst); /* a previous restore's, if it died */
 	if (clone_to(src, dst, e) < 0)
 		goto out;
-	crash_point("restore-cloned");
+	snap_crash_point("restore-cloned");
 	struct moat_err me = {0};
 	if (box_respawn(b, dst, &me) < 0) {
 		snap_drop_fs(dst);
@@ -593,7 +593,7 @@ json_t *snap_fork(struct box *b, int count, struct core_err *e)
 	release(b);
 	if (i < count)
 		goto out;
-	crash_point("fork-cloned");
+	snap_crash_point("fork-cloned");
 	for (i = 0; i < count; i++) {
 		struct box_spec s;
 		box_spec_from_json(box_spec_json(b), &s);
@@ -695,18 +695,7 @@ json_t *snap_adopt(const char *id, const char *name, const char *image, const js
 		cerr(e, 409, "already_exists", "a snapshot named %s exists", name);
 		return NULL;
 	}
-	int64_t used = total_size(), need = moat_fsclone_size(AT_FDCWD, ws);
-	if (need < 0) {
-		cerr(e, 500, "internal", "%s: %s", ws, strerror(errno));
-		return NULL;
-	}
-	if (store_max && (uint64_t)(used + need) > store_max) {
-		cerr(e, 507, "insufficient_storage",
-		     "the imported snapshot (%lld bytes) does not fit under --store-max %llu "
-		     "(%lld used)",
-		     (long long)need, (unsigned long long)store_max, (long long)used);
-		return NULL;
-	}
+	int64_t used = total_size();
 	snprintf(r.id, sizeof r.id, "%s", id);
 	char tmp[64], p[96], dst[64];
 	snprintf(tmp, sizeof tmp, "%s/.tmp-%s", SNAPS, r.id);
@@ -728,7 +717,15 @@ json_t *snap_adopt(const char *id, const char *name, const char *image, const js
 		if (mkdir(p, 0755) < 0)
 			rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", p);
 	}
-	crash_point("import-copied");
+	snap_crash_point("import-copied");
+	if (rc == 0 && store_max && (uint64_t)(used + r.size) > store_max) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		cerr(e, 507, "insufficient_storage",
+		     "the imported snapshot (%lld bytes) does not fit under --store-max %llu "
+		     "(%lld used)",
+		     (long long)r.size, (unsigned long long)store_max, (long long)used);
+		return NULL;
+	}
 	if (rc == 0 && rename(tmp, dst) < 0)
 		rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", dst);
 	if (rc < 0) {
@@ -737,7 +734,7 @@ json_t *snap_adopt(const char *id, const char *name, const char *image, const js
 		return NULL;
 	}
 	if (r.size < 0)
-		r.size = need;
+		r.size = 0;
 	r.name = name ? strdup(name) : NULL;
 	r.sandbox = strdup("");
 	r.image = strdup(image);

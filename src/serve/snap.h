@@ -69,6 +69,9 @@ int snap_info(const char *ref, struct snap_info *out, struct core_err *e);
 void snap_info_free(struct snap_info *i);
 /* A new snapshot id ("s" + 15 of [a-z0-9]); a name's rule (400 otherwise). */
 void snap_new_id(char out[32]);
+/* MOAT_TEST_CRASH_AT=<step> (read by snap_init): SIGKILL of the daemon at
+ * that step, for the tests of what a restart finds. */
+void snap_crash_point(const char *step);
 bool snap_name_ok(const char *name);
 /* A snapshot id of a new snapshot made from a workspace tree ws (a
  * directory under the data dir, copied): fs/ with workspace/, empty

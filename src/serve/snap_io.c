@@ -203,6 +203,7 @@ static int build(struct xport *x, struct moat_err *e)
 	json_decref(man);
 	if (!mj || put_small(store, mj, mdg, e) < 0)
 		goto out;
+	snap_crash_point("export-packed");
 	rc = oci_export(store, mdg, x->refname, x->wfd, e);
 out:
 	json_decref(cfg);

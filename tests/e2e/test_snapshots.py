@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import uid_tag, wait_until
+from conftest import MOAT, uid_tag, wait_until
 from test_serve import Daemon
 
 IS_ROOT = os.geteuid() == 0
@@ -105,6 +105,17 @@ def test_backend_is_the_probed_one(d):
     s = snap(d, sid)
     assert s["backend"] == d.kind, (s, d.log())
     assert f"snapshots: {d.kind}" in d.log()
+
+
+def test_doctor_reports_the_backend_and_its_cost(d):
+    r = subprocess.run([MOAT, "doctor", "--data", str(d.data)], capture_output=True, text=True,
+                       timeout=60)
+    line = [x for x in r.stdout.splitlines() if x.strip().startswith("snapshots")]
+    assert line and line[0].split()[1] == d.kind, r.stdout
+    cost = {"copy": "O(bytes)", "reflink": "O(files)", "btrfs": "O(1)"}[d.kind]
+    assert cost in line[0], line
+    # the probe left nothing in the data directory
+    assert not [n for n in os.listdir(d.data) if n.startswith(".fsclone-probe")]
 
 
 def test_snapshot_keeps_running_and_create_sees_the_moment(d):

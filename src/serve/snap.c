@@ -353,6 +353,23 @@ static const char *image_of(const json_t *spec)
 	return id ? id : img ? img : "host";
 }
 
+/* The row of a snapshot whose directory dst is in place (r's strings
+ * made, NULL when out of memory): written, or dst removed. Frees r. */
+static json_t *record(struct snap_row *r, const char *name, const char *dst,
+		      struct core_err *e)
+{
+	r->created_at = (int64_t)time(NULL);
+	json_t *out = NULL;
+	if (!r->sandbox || !r->image || !r->spec || (name && !r->name) || row_put(r) < 0) {
+		moat_fsclone_remove(AT_FDCWD, dst);
+		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
+	} else {
+		out = row_json(r);
+	}
+	row_free(r);
+	return out;
+}
+
 json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 {
 	if (!snapshotable(b, "snapshot", e))
@@ -426,16 +443,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 	r.sandbox = strdup(box_id(b));
 	r.image = strdup(image_of(box_spec_json(b)));
 	r.spec = json_dumps(box_spec_json(b), JSON_COMPACT);
-	r.created_at = (int64_t)time(NULL);
-	json_t *out = NULL;
-	if (!r.sandbox || !r.image || !r.spec || (name && !r.name) || row_put(&r) < 0) {
-		moat_fsclone_remove(AT_FDCWD, dst);
-		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
-	} else {
-		out = row_json(&r);
-	}
-	row_free(&r);
-	return out;
+	return record(&r, name, dst, e);
 }
 
 json_t *snap_list(void)
@@ -739,14 +747,5 @@ json_t *snap_adopt(const char *id, const char *name, const char *image, const js
 	r.sandbox = strdup("");
 	r.image = strdup(image);
 	r.spec = json_dumps(spec, JSON_COMPACT);
-	r.created_at = (int64_t)time(NULL);
-	json_t *out = NULL;
-	if (!r.sandbox || !r.image || !r.spec || (name && !r.name) || row_put(&r) < 0) {
-		moat_fsclone_remove(AT_FDCWD, dst);
-		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
-	} else {
-		out = row_json(&r);
-	}
-	row_free(&r);
-	return out;
+	return record(&r, name, dst, e);
 }

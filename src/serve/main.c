@@ -14,6 +14,7 @@
 #include "mcp.h"
 #include "store.h"
 #include "snap.h"
+#include "snap_io.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
 #include "../base/exe.h"
@@ -520,6 +521,7 @@ int main(int argc, char **argv)
 		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
+	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
 	http_set_body_limit(body_limit);

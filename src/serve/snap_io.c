@@ -354,7 +354,7 @@ void snap_io_export(struct evhttp_request *req, const char *ref)
 	snprintf(x->dir, sizeof x->dir, "snapshots/.export-%s", rid + 1);
 	snprintf(x->fs, sizeof x->fs, "snapshots/%s/fs", si.id);
 	snprintf(x->base, sizeof x->base, "%s", si.image);
-	x->refname = moat_strdupf("localhost/snapshot:%s", si.name ? si.name : si.id);
+	x->refname = moat_strdupf("localhost/moat-export:%s", si.name ? si.name : si.id);
 	json_t *spec = si.spec ? json_loads(si.spec, 0, NULL) : NULL;
 	json_t *lim = json_object_get(spec, "limits");
 	x->limits = json_is_object(lim) ? json_dumps(lim, JSON_COMPACT) : NULL;
@@ -549,4 +549,31 @@ void snap_io_import(struct evhttp_request *req)
 		im_free(m);
 		fail(req, &e);
 	}
+}
+
+void snap_io_sweep(void)
+{
+	/* the image of an import whose snapshot was never recorded (a daemon
+	 * killed between the two): only this door makes these names */
+	static const char pre[] = "localhost/snapshot:";
+	json_t *l = images_list();
+	size_t i, j;
+	json_t *im, *n;
+	json_array_foreach(json_object_get(l, "images"), i, im) {
+		json_array_foreach(json_object_get(im, "names"), j, n) {
+			const char *name = json_string_value(n);
+			struct snap_info si = {0};
+			struct core_err e = {0};
+			if (!name || strncmp(name, pre, sizeof pre - 1))
+				continue;
+			if (snap_info(name + sizeof pre - 1, &si, &e) == 0) {
+				snap_info_free(&si);
+				continue;
+			}
+			fprintf(stderr, "moat serve: %s: an import that did not finish; removed\n", name);
+			if (images_remove(name, &e) < 0)
+				fprintf(stderr, "moat serve: %s: %s\n", name, e.msg);
+		}
+	}
+	json_decref(l);
 }

@@ -19,6 +19,8 @@
  *
  * Import (POST /v1/snapshots/import, body: that archive, ?name=): the
  * archive goes into the image store as the image localhost/snapshot:<id>
+ * (swept at a start when no snapshot <id> was recorded; an export names
+ * itself localhost/moat-export:<name or id> for a plain image import)
  * (images_import: digests checked, nothing stored when it fails), its
  * annotations are checked, and a snapshot is made whose workspace is a
  * copy of the workspace layer. An image sandbox's snapshot keeps that
@@ -34,5 +36,8 @@
 void snap_io_export(struct evhttp_request *req, const char *ref);
 /* POST /v1/snapshots/import */
 void snap_io_import(struct evhttp_request *req);
+/* At a start, after images_init: the images of imports a killed daemon
+ * left without their snapshot (localhost/snapshot:<id>, no such id) go. */
+void snap_io_sweep(void);
 
 #endif

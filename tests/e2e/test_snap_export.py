@@ -287,3 +287,36 @@ def test_export_of_a_template_snapshot_refused():
         assert leftovers(d) == []
     finally:
         d.stop()
+
+
+def test_kill9_mid_import_swept():
+    """Killed after the image store took the archive and the snapshot's
+    files were copied, before its record: the restart removes both."""
+    a = Daemon("--pool", "0")
+    try:
+        sid = a.create()["id"]
+        a.sh(sid, "echo x > x.txt")
+        raw = export(a, snap(a, sid)["id"])
+    finally:
+        a.stop()
+    b = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": "import-copied"})
+    try:
+        try:
+            b.post("/v1/snapshots/import", raw, headers={"Content-Type": "application/x-tar"},
+                   timeout=60)
+        except Exception:
+            pass
+        assert wait_until(lambda: b.proc.poll() is not None, timeout=60), b.log()
+        assert leftovers(b), "the crash came before the snapshot's files were made"
+        b.env_extra = {}
+        b.start()
+        assert leftovers(b) == [], b.log()
+        assert snap_rows(b) == []
+        assert image_names(b) == [], b.log()
+        assert "an import that did not finish" in b.log()
+        # and the same archive imports whole now
+        r = import_snap(b, raw).json()
+        c = b.create(image=f"snapshot:{r['id']}")["id"]
+        assert b.sh(c, "cat x.txt") == "x\n"
+    finally:
+        b.stop()

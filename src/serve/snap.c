@@ -288,8 +288,16 @@ static int hold(struct box *b, struct core_err *e)
 	if (backend == MOAT_FSCLONE_BTRFS)
 		return 0;
 	struct moat_err me = {0};
-	if (box_hold(b, true, &me) == 0)
-		return 0;
+	/* a freeze that did not settle (tasks forking fast on a loaded
+	 * machine, FREEZING past the freezer's wait) is thawed and tried
+	 * again, a few times, before the snapshot is refused */
+	for (int i = 0; i < 3; i++) {
+		me = (struct moat_err){0};
+		if (box_hold(b, true, &me) == 0)
+			return 0;
+		if (me.errnum != ETIMEDOUT)
+			break;
+	}
 	if (me.errnum == ENOTSUP) {
 		if (!warned)
 			fprintf(stderr, "moat serve: snapshots are copied beside the sandbox's "
@@ -299,8 +307,8 @@ static int hold(struct box *b, struct core_err *e)
 	}
 	struct moat_err ign = {0};
 	box_hold(b, false, &ign); /* a freeze that did not complete: undone */
-	cerr(e, 500, "internal", "cannot freeze sandbox %s for a consistent copy: %s", box_id(b),
-	     me.msg);
+	cerr(e, 503, "unavailable", "cannot freeze sandbox %s for a consistent copy (try again): %s",
+	     box_id(b), me.msg);
 	return -1;
 }
 

@@ -23,6 +23,7 @@ from fixture import oci_images  # noqa: E402,F401
 
 from conftest import wait_until  # noqa: E402
 from test_serve import Daemon  # noqa: E402
+from test_snapshots import dies_at  # noqa: E402
 
 ANN = "io.moat.snapshot"
 
@@ -256,11 +257,7 @@ def test_kill9_mid_export_swept():
         sid = d.create()["id"]
         d.sh(sid, "echo x > x.txt")
         s = snap(d, sid)
-        try:
-            d.get(f"/v1/snapshots/{s['id']}/export", timeout=30)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=30), d.log()
+        dies_at(d, lambda: d.get(f"/v1/snapshots/{s['id']}/export", timeout=30))
         assert leftovers(d), "the crash came before the export's directory was made"
         d.env_extra = {}
         d.start()
@@ -301,12 +298,8 @@ def test_kill9_mid_import_swept():
         a.stop()
     b = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": "import-copied"})
     try:
-        try:
-            b.post("/v1/snapshots/import", raw, headers={"Content-Type": "application/x-tar"},
-                   timeout=60)
-        except Exception:
-            pass
-        assert wait_until(lambda: b.proc.poll() is not None, timeout=60), b.log()
+        dies_at(b, lambda: b.post("/v1/snapshots/import", raw,
+                                  headers={"Content-Type": "application/x-tar"}, timeout=60))
         assert leftovers(b), "the crash came before the snapshot's files were made"
         b.env_extra = {}
         b.start()

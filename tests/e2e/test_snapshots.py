@@ -86,6 +86,16 @@ def d(request):
             fs.close()
 
 
+def dies_at(d, call):
+    """Make the call that reaches the daemon's MOAT_TEST_CRASH_AT step (it
+    gets no answer) and wait for the daemon's death."""
+    try:
+        call()
+    except Exception:
+        pass
+    assert wait_until(lambda: d.proc.poll() is not None, timeout=60), d.log()
+
+
 def snap(d, sid, **body):
     r = d.post(f"/v1/sandboxes/{sid}/snapshots", body)
     assert r.status == 201, r
@@ -258,11 +268,7 @@ def test_kill9_mid_snapshot(step):
     try:
         sid = d.create()["id"]
         d.sh(sid, "echo x > x.txt")
-        try:
-            d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20))
         assert os.listdir(d.data / "snapshots"), "the crash came before any file was made"
         d.env_extra = {}
         d.start()
@@ -360,11 +366,7 @@ def test_kill9_while_frozen_for_a_snapshot():
         d.ex(sid, WRITER, yield_ms=0)
         assert wait_until(lambda: d.sh(sid, "cat b 2>/dev/null || true").strip(), timeout=30)
         agent = d.agent_pid(sid)
-        try:
-            d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20))
         assert freezer_state(agent) == "FROZEN"
         d.env_extra = {}
         d.start()
@@ -409,11 +411,7 @@ def test_kill9_mid_fork():
     try:
         sid = d.create()["id"]
         d.sh(sid, "echo parent > p.txt")
-        try:
-            d.post(f"/v1/sandboxes/{sid}/fork", {"count": 2}, timeout=20)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/fork", {"count": 2}, timeout=20))
         assert leftover_clones(d), "the crash came before any clone was made"
         d.env_extra = {}
         d.start()
@@ -435,11 +433,8 @@ def test_kill9_mid_restore():
         d.sh(sid, "echo one > a.txt")
         s = snap(d, sid)
         d.sh(sid, "echo two > a.txt")
-        try:
-            d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": s["id"]}, timeout=20)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": s["id"]},
+                                  timeout=20))
         assert (d.sbdir(sid) / "fs.new").exists(), "the crash came before the clone"
         d.env_extra = {}
         d.start()

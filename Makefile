@@ -11,7 +11,7 @@ LIBS    := -Wl,-Bstatic -ljansson -Wl,-Bdynamic
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
 
 LIB_SRC := $(wildcard src/base/*.c src/policy/*.c src/jail/*.c src/init/*.c)
-CLI_SRC := $(wildcard src/cli/*.c)
+CLI_SRC := $(wildcard src/cli/*.c) src/serve/datadir.c
 # Pure code shared by the daemon and the in-sandbox agent.
 # (WebSocket framing is not the agent's: it needs OpenSSL's SHA-1)
 WS_SRC    := src/proto/ws.c

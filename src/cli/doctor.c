@@ -1,11 +1,17 @@
 /* moat doctor: what the kernel offers and what moat will use. */
 #define _GNU_SOURCE
 #include "cli.h"
+#include "base/fsclone.h"
 #include "jail/seccomp_rules.h"
+#include "serve/datadir.h"
 
 #include <moat/probe.h>
 
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -40,13 +46,59 @@ static bool limits(const struct moat_probe *p)
 	return all;
 }
 
+static const char *env_get(const char *name)
+{
+	return getenv(name);
+}
+
+/* moat serve's snapshot storage (docs/API.md "Snapshots"): the backend
+ * fsclone's probe finds in the data directory, or in the directory it
+ * would be made in (its nearest existing ancestor) when it is not there
+ * yet. The probe makes and removes .fsclone-probe-* entries there. */
+static void snapshots(const char *data)
+{
+	char def[PATH_MAX], at[PATH_MAX], why[512] = "";
+	struct moat_err e = {0};
+	if (!data) {
+		if (serve_default_data_dir(geteuid(), env_get, def, sizeof def, &e) < 0) {
+			printf("  snapshots          unknown: %s\n", e.msg);
+			return;
+		}
+		data = def;
+	}
+	snprintf(at, sizeof at, "%s", data);
+	int fd;
+	while ((fd = open(at, O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 && errno == ENOENT) {
+		char *sl = strrchr(at, '/');
+		if (!sl)
+			break;
+		if (sl == at)
+			sl[1] = '\0';
+		else
+			*sl = '\0';
+	}
+	if (fd < 0) {
+		printf("  snapshots          unknown: %s: %s\n", at, strerror(errno));
+		return;
+	}
+	enum moat_fsclone b = moat_fsclone_probe(fd, why, sizeof why);
+	close(fd);
+	printf("  snapshots          %s in %s%s: %s\n", moat_fsclone_name(b), data,
+	       strcmp(at, data) ? " (probed in its parent, it does not exist yet)" : "",
+	       moat_fsclone_cost(b));
+	if (why[0] && b != MOAT_FSCLONE_BTRFS)
+		printf("                     (%s)\n", why);
+}
+
 static void help(void)
 {
-	fputs("usage: moat doctor\n"
+	fputs("usage: moat doctor [--data DIR]\n"
 	      "\n"
 	      "Shows which isolation layers this kernel offers, which moat will use, and\n"
 	      "for one that is missing (such as resource limits without a delegated\n"
-	      "cgroup) why and how to fix it. Exit status: 0 when moat can run (every\n"
+	      "cgroup) why and how to fix it, and which snapshot storage moat serve gets\n"
+	      "in its data directory (--data DIR, default: moat serve's) and what a\n"
+	      "snapshot costs there. Exit status: 0 when moat can run (every\n"
 	      "protection layer is there, even if resource limits are not), 1 when a\n"
 	      "protection layer is missing.\n", stdout);
 }
@@ -57,8 +109,13 @@ int moat_cmd_doctor(int argc, char **argv)
 		help();
 		return 0;
 	}
-	if (argc > 1)
-		return moat_cli_fail("doctor takes no arguments (see moat doctor --help)");
+	const char *data = NULL;
+	if (argc == 3 && !strcmp(argv[1], "--data") && argv[2][0])
+		data = argv[2];
+	else if (argc == 2 && !strncmp(argv[1], "--data=", 7) && argv[1][7])
+		data = argv[1] + 7;
+	else if (argc > 1)
+		return moat_cli_fail("doctor takes only --data DIR (see moat doctor --help)");
 	struct moat_probe p;
 	moat_probe_run(&p);
 	bool root = geteuid() == 0;
@@ -111,6 +168,7 @@ int moat_cmd_doctor(int argc, char **argv)
 			printf("  pause (freezer)    unavailable: %s (moat serve answers pause with "
 			       "422 pause_unavailable)\n", e.msg);
 	}
+	snapshots(data);
 	bool ok = p.userns && p.landlock_abi > 0 && p.seccomp && (!root || p.idmap_mounts);
 	if (ok && lim)
 		printf("\nready: every layer is available\n");

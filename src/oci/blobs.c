@@ -39,7 +39,7 @@ static int mkdir_p1(const char *p, struct moat_err *e)
 	return 0;
 }
 
-int oci_blobs_open(const char *root, struct moat_err *e)
+int oci_blobs_ensure(const char *root, struct moat_err *e)
 {
 	char p[PATH_MAX];
 	if (strlen(root) > PATH_MAX - 100)
@@ -53,8 +53,15 @@ int oci_blobs_open(const char *root, struct moat_err *e)
 	if (mkdir_p1(p, e) < 0)
 		return -1;
 	snprintf(p, sizeof p, "%s/tmp", root);
-	if (mkdir_p1(p, e) < 0)
+	return mkdir_p1(p, e);
+}
+
+int oci_blobs_open(const char *root, struct moat_err *e)
+{
+	char p[PATH_MAX];
+	if (oci_blobs_ensure(root, e) < 0)
 		return -1;
+	snprintf(p, sizeof p, "%s/tmp", root);
 	/* what a killed writer left: only plain files of ours live here */
 	DIR *d = opendir(p);
 	if (!d)

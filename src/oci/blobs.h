@@ -16,6 +16,9 @@
 
 /* Create <root>/{blobs/sha256,tmp} when missing and empty tmp/. */
 int oci_blobs_open(const char *root, struct moat_err *e);
+/* The same directories, tmp/ left as it is: for a store in use (an import
+ * whose archive, or a concurrent pull's blob, is in tmp/). */
+int oci_blobs_ensure(const char *root, struct moat_err *e);
 /* <root>/blobs/sha256/<hex> for a valid digest; -1 otherwise. */
 int oci_blob_path(const char *root, const char *digest, char *out, size_t cap);
 bool oci_blob_has(const char *root, const char *digest);

@@ -768,6 +768,8 @@ int oci_import(const char *root, const char *path, const char *which, int64_t ma
 	/* the store is open already (oci_blobs_open): emptying its tmp/ here
 	 * would remove the temp files of the caller's other jobs, and the
 	 * daemon's own copy of the archive being imported */
+	if (oci_blobs_ensure(root, e) < 0)
+		return moat_err_prefix(e, "import");
 	struct stat st;
 	if (stat(path, &st) < 0)
 		return moat_err_set(e, MOAT_E_USAGE, errno, "import %s", path);

@@ -36,7 +36,8 @@ struct pack {
 	int64_t size;
 	char *buf;
 	struct moat_err *e;
-	bool failed; /* e filled by the walk's callback */
+	const char *only; /* the one top-level entry packed, or NULL: all */
+	bool failed;      /* e filled by the walk's callback */
 };
 
 static la_ssize_t gz_write(struct archive *a, void *arg, const void *p, size_t n)
@@ -185,17 +186,31 @@ static int pack_cb(enum moat_walk_event ev, const struct moat_walk_ent *en, void
 	struct pack *k = arg;
 	if (ev != MOAT_WALK_ENTRY || en->other_mount)
 		return 0;
+	if (k->only && en->depth == 1 && strcmp(en->name, k->only))
+		return S_ISDIR(en->st->st_mode) ? MOAT_WALK_SKIP : 0;
 	if (pack_entry(k, en) < 0) {
 		k->failed = true;
 		return -1;
 	}
+	/* a directory we may not list (a sandbox's mode-000 placeholder,
+	 * unprivileged): packed empty, with its mode, as fsclone copies it */
+	if (S_ISDIR(en->st->st_mode) && geteuid() != 0 &&
+	    (en->st->st_mode & (S_IRUSR | S_IXUSR)) != (S_IRUSR | S_IXUSR))
+		return MOAT_WALK_SKIP;
 	return 0;
 }
 
 int oci_pack_layer(int dirfd, int out_fd, char digest[OCI_DIGEST_LEN + 1],
 		   char diff_id[OCI_DIGEST_LEN + 1], int64_t *size, struct moat_err *e)
 {
-	struct pack k = {.out_fd = out_fd, .e = e};
+	return oci_pack_layer_only(dirfd, NULL, out_fd, digest, diff_id, size, e);
+}
+
+int oci_pack_layer_only(int dirfd, const char *only, int out_fd,
+			char digest[OCI_DIGEST_LEN + 1], char diff_id[OCI_DIGEST_LEN + 1],
+			int64_t *size, struct moat_err *e)
+{
+	struct pack k = {.out_fd = out_fd, .e = e, .only = only};
 	int rc = -1;
 	k.buf = malloc(PACK_BUF);
 	k.tar = archive_write_new();

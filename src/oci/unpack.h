@@ -42,5 +42,11 @@ int oci_unpack_layer(int fd, const char *dst, const struct oci_unpack_opts *o,
  * was written, size its length. */
 int oci_pack_layer(int dirfd, int out_fd, char digest[OCI_DIGEST_LEN + 1],
 		   char diff_id[OCI_DIGEST_LEN + 1], int64_t *size, struct moat_err *e);
+/* The same with only the entry `only` directly under dirfd (and its tree)
+ * in the layer, under its own name: a snapshot's workspace/ as a layer
+ * whose files land in /workspace. */
+int oci_pack_layer_only(int dirfd, const char *only, int out_fd,
+			char digest[OCI_DIGEST_LEN + 1], char diff_id[OCI_DIGEST_LEN + 1],
+			int64_t *size, struct moat_err *e);
 
 #endif

@@ -625,8 +625,8 @@ uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path)
 		if (!strcmp(seg[3], "archive"))
 			return HTTP_MAX_BODY;
 	}
-	if (m == EVHTTP_REQ_POST && n == 3 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "images") &&
-	    !strcmp(seg[2], "import"))
+	if (m == EVHTTP_REQ_POST && n == 3 && !strcmp(seg[0], "v1") &&
+	    (!strcmp(seg[1], "images") || !strcmp(seg[1], "snapshots")) && !strcmp(seg[2], "import"))
 		return HTTP_MAX_BODY;
 	return HTTP_MAX_JSON_BODY;
 }

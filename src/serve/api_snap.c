@@ -7,6 +7,7 @@
 #include "http.h"
 #include "jfield.h"
 #include "snap.h"
+#include "snap_io.h"
 
 #include <string.h>
 
@@ -106,6 +107,21 @@ void api_snap_route(struct evhttp_request *req, char **seg, int n)
 			http_json(req, 200, snap_list());
 		else
 			http_error(req, 405, "method_not_allowed", "use GET on /v1/snapshots");
+		return;
+	}
+	if (n == 3 && !strcmp(seg[2], "import")) {
+		if (m == EVHTTP_REQ_POST)
+			snap_io_import(req);
+		else
+			http_error(req, 405, "method_not_allowed", "use POST on /v1/snapshots/import");
+		return;
+	}
+	if (n == 4 && !strcmp(seg[3], "export")) {
+		if (m == EVHTTP_REQ_GET)
+			snap_io_export(req, seg[2]);
+		else
+			http_error(req, 405, "method_not_allowed",
+				   "use GET on /v1/snapshots/%.64s/export", seg[2]);
 		return;
 	}
 	if (n == 3 && m == EVHTTP_REQ_GET) {

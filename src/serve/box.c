@@ -2143,6 +2143,13 @@ int box_resume(struct box *b, struct moat_err *e)
 	return 0;
 }
 
+int box_hold(struct box *b, bool frozen, struct moat_err *e)
+{
+	if (!b->running || b->paused)
+		return 0;
+	return moat_cgroup_freeze(&b->cgroups, frozen, e);
+}
+
 /* ---- reaping ------------------------------------------------------------ */
 
 static void idle_reply(void *arg, json_t *reply, const char *data, size_t len)

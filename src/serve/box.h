@@ -120,6 +120,12 @@ int box_hibernate(struct box *b, struct moat_err *e);
 bool box_hibernated(const struct box *b);
 /* Thaw a paused sandbox, or start a hibernated one again (box_respawn). */
 int box_resume(struct box *b, struct moat_err *e);
+/* For a moment's copy of its files (snap.c): frozen true freezes every
+ * process, false thaws; a sandbox not running or paused by its user is
+ * left as it is (it stays paused). Nothing recorded: a daemon killed
+ * while holding it thaws it at its restart (the record says running).
+ * ENOTSUP when it has no freezer. */
+int box_hold(struct box *b, bool frozen, struct moat_err *e);
 json_t *box_json(const struct box *b); /* the API's sandbox object (new ref) */
 const json_t *box_metadata(const struct box *b);
 /* An image sandbox's defaults (box_spec.image_config), or NULL. */

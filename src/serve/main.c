@@ -14,6 +14,7 @@
 #include "mcp.h"
 #include "store.h"
 #include "snap.h"
+#include "snap_io.h"
 #include "gate/gateway.h"
 #include "gate/policy.h"
 #include "../base/exe.h"
@@ -509,7 +510,7 @@ int main(int argc, char **argv)
 		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v,
 		.allow_degraded = allow_degraded, .degraded = degraded};
 	core_init(&core);
-	if (store_open(".", &e) < 0 || snap_init(0 /* TODO: --store-max (wt-images) */, &e) < 0 ||
+	if (store_open(".", &e) < 0 || snap_init((uint64_t)imcfg.store_max, &e) < 0 ||
 	    box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	imcfg.base = base;
@@ -520,6 +521,7 @@ int main(int argc, char **argv)
 		return fail("%s%s", e.msg, "");
 	box_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
+	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
 	http_set_body_limit(body_limit);

@@ -36,7 +36,7 @@ static const char *crash_at;
 static const char *const skip_work[] = {"work", NULL};
 
 /* MOAT_TEST_CRASH_AT=<step>: SIGKILL ourselves there (tests/e2e/test_snapshots.py) */
-static void crash_point(const char *step)
+void snap_crash_point(const char *step)
 {
 	if (crash_at && !strcmp(crash_at, step)) {
 		fprintf(stderr, "moat serve: MOAT_TEST_CRASH_AT=%s: killing myself\n", step);
@@ -276,16 +276,52 @@ static void storage_err(struct core_err *e, int err, const char *what, const cha
 }
 
 /* Freeze b's processes while its fs/ is copied, so that the copy is of
- * one moment (a btrfs snapshot is atomic anyway; a tree walk is not).
- * TODO(pause): moat_cgroup_freeze lands with wt-pause; until then the
- * capture runs beside the sandbox's processes. */
-static void hold(struct box *b, bool frozen)
+ * one moment: a tree walk (copy, reflink) would otherwise see a file
+ * half-written, or one directory before and another after a rename. A
+ * btrfs snapshot is atomic: no freeze. A sandbox its user paused stays
+ * paused (box_hold leaves it). Without a freezer (a daemon that cannot
+ * make freezer cgroups) the copy runs beside the processes, said once in
+ * the log. 0, or -1 and e (the freeze failed: nothing was copied). */
+static int hold(struct box *b, struct core_err *e)
 {
-	(void)b;
-	(void)frozen;
+	static bool warned;
+	if (backend == MOAT_FSCLONE_BTRFS)
+		return 0;
+	struct moat_err me = {0};
+	/* a freeze that did not settle (tasks forking fast on a loaded
+	 * machine, FREEZING past the freezer's wait) is thawed and tried
+	 * again, a few times, before the snapshot is refused */
+	for (int i = 0; i < 3; i++) {
+		me = (struct moat_err){0};
+		if (box_hold(b, true, &me) == 0)
+			return 0;
+		if (me.errnum != ETIMEDOUT)
+			break;
+	}
+	if (me.errnum == ENOTSUP) {
+		if (!warned)
+			fprintf(stderr, "moat serve: snapshots are copied beside the sandbox's "
+				"processes (no freezer: %s)\n", me.msg);
+		warned = true;
+		return 0;
+	}
+	struct moat_err ign = {0};
+	box_hold(b, false, &ign); /* a freeze that did not complete: undone */
+	cerr(e, 503, "unavailable", "cannot freeze sandbox %s for a consistent copy (try again): %s",
+	     box_id(b), me.msg);
+	return -1;
 }
 
-static bool name_ok(const char *n)
+static void release(struct box *b)
+{
+	if (backend == MOAT_FSCLONE_BTRFS)
+		return;
+	struct moat_err me = {0};
+	if (box_hold(b, false, &me) < 0 && me.errnum != ENOTSUP)
+		fprintf(stderr, "moat serve: %s: cannot thaw after a copy: %s\n", box_id(b), me.msg);
+}
+
+bool snap_name_ok(const char *n)
 {
 	size_t l = strlen(n);
 	return l >= 1 && l <= 64 && strspn(n, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -325,12 +361,29 @@ static const char *image_of(const json_t *spec)
 	return id ? id : img ? img : "host";
 }
 
+/* The row of a snapshot whose directory dst is in place (r's strings
+ * made, NULL when out of memory): written, or dst removed. Frees r. */
+static json_t *record(struct snap_row *r, const char *name, const char *dst,
+		      struct core_err *e)
+{
+	r->created_at = (int64_t)time(NULL);
+	json_t *out = NULL;
+	if (!r->sandbox || !r->image || !r->spec || (name && !r->name) || row_put(r) < 0) {
+		moat_fsclone_remove(AT_FDCWD, dst);
+		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
+	} else {
+		out = row_json(r);
+	}
+	row_free(r);
+	return out;
+}
+
 json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 {
 	if (!snapshotable(b, "snapshot", e))
 		return NULL;
 	struct snap_row r = {0};
-	if (name && !name_ok(name)) {
+	if (name && !snap_name_ok(name)) {
 		cerr(e, 400, "invalid_request",
 		     "name must be 1 to 64 letters, digits, '.', '_' or '-' (not first), not \"host\"");
 		return NULL;
@@ -357,10 +410,14 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, errno, "the snapshot", strerror(errno));
 		return NULL;
 	}
-	hold(b, true);
+	if (hold(b, e) < 0) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		return NULL;
+	}
+	snap_crash_point("snapshot-frozen");
 	int rc = moat_fsclone_clone(backend, AT_FDCWD, box_fs(b), AT_FDCWD, tmpfs, true, skip_work,
 				    &r.size, &me);
-	hold(b, false);
+	release(b);
 	if (rc < 0) {
 		moat_fsclone_remove(AT_FDCWD, tmp);
 		char what[64];
@@ -368,7 +425,7 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, me.errnum, what, me.msg);
 		return NULL;
 	}
-	crash_point("snapshot-captured");
+	snap_crash_point("snapshot-captured");
 	if (r.size < 0)
 		r.size = moat_fsclone_size(AT_FDCWD, tmpfs);
 	if (r.size < 0) {
@@ -389,21 +446,12 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		storage_err(e, err, "the snapshot", strerror(err));
 		return NULL;
 	}
-	crash_point("snapshot-renamed");
+	snap_crash_point("snapshot-renamed");
 	r.name = name ? strdup(name) : NULL;
 	r.sandbox = strdup(box_id(b));
 	r.image = strdup(image_of(box_spec_json(b)));
 	r.spec = json_dumps(box_spec_json(b), JSON_COMPACT);
-	r.created_at = (int64_t)time(NULL);
-	json_t *out = NULL;
-	if (!r.sandbox || !r.image || !r.spec || (name && !r.name) || row_put(&r) < 0) {
-		moat_fsclone_remove(AT_FDCWD, dst);
-		cerr(e, 500, "internal", "cannot record the snapshot: %s", sqlite3_errmsg(store_db()));
-	} else {
-		out = row_json(&r);
-	}
-	row_free(&r);
-	return out;
+	return record(&r, name, dst, e);
 }
 
 json_t *snap_list(void)
@@ -523,7 +571,7 @@ json_t *snap_restore(struct box *b, const char *ref, struct core_err *e)
 	moat_fsclone_remove(AT_FDCWD, dst); /* a previous restore's, if it died */
 	if (clone_to(src, dst, e) < 0)
 		goto out;
-	crash_point("restore-cloned");
+	snap_crash_point("restore-cloned");
 	struct moat_err me = {0};
 	if (box_respawn(b, dst, &me) < 0) {
 		snap_drop_fs(dst);
@@ -551,16 +599,17 @@ json_t *snap_fork(struct box *b, int count, struct core_err *e)
 	json_t *out = NULL;
 	int i;
 	/* every copy of one moment: the sandbox held while they are made */
-	hold(b, true);
+	if (hold(b, e) < 0)
+		return NULL;
 	for (i = 0; i < count; i++) {
 		fs[i] = new_clone_name();
 		if (clone_to(box_fs(b), fs[i], e) < 0)
 			break;
 	}
-	hold(b, false);
+	release(b);
 	if (i < count)
 		goto out;
-	crash_point("fork-cloned");
+	snap_crash_point("fork-cloned");
 	for (i = 0; i < count; i++) {
 		struct box_spec s;
 		box_spec_from_json(box_spec_json(b), &s);
@@ -623,4 +672,88 @@ int snap_for_create(const char *image, char **fs, json_t **spec, struct core_err
 	*fs = dst;
 	*spec = sp;
 	return 1;
+}
+
+/* ---- for export and import ------------------------------------------------ */
+
+int snap_info(const char *ref, struct snap_info *out, struct core_err *e)
+{
+	struct snap_row r = {0};
+	if (!find(ref, &r, e))
+		return -1;
+	memcpy(out->id, r.id, sizeof out->id);
+	out->name = r.name;
+	out->image = r.image;
+	out->spec = r.spec;
+	free(r.sandbox);
+	return 0;
+}
+
+void snap_info_free(struct snap_info *i)
+{
+	free(i->name);
+	free(i->image);
+	free(i->spec);
+	*i = (struct snap_info){0};
+}
+
+void snap_new_id(char out[32])
+{
+	random_id(out, 16, "s");
+}
+
+json_t *snap_adopt(const char *id, const char *name, const char *image, const json_t *spec,
+		   const char *ws, struct core_err *e)
+{
+	struct snap_row r = {0};
+	if (name && row_find(name, &r) != 0) {
+		row_free(&r);
+		cerr(e, 409, "already_exists", "a snapshot named %s exists", name);
+		return NULL;
+	}
+	int64_t used = total_size();
+	snprintf(r.id, sizeof r.id, "%s", id);
+	char tmp[64], p[96], dst[64];
+	snprintf(tmp, sizeof tmp, "%s/.tmp-%s", SNAPS, r.id);
+	snprintf(dst, sizeof dst, "%s/%s", SNAPS, r.id);
+	struct moat_err me = {0};
+	/* the tree copy of a layer: btrfs can reflink it (the layer is no
+	 * subvolume), else as the backend copies */
+	enum moat_fsclone tb = backend == MOAT_FSCLONE_BTRFS ? MOAT_FSCLONE_REFLINK : backend;
+	int rc = mkdir(tmp, 0700) < 0 ? moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", tmp) : 0;
+	snprintf(p, sizeof p, "%s/fs", tmp);
+	if (rc == 0)
+		rc = moat_fsclone_mkdir(backend, AT_FDCWD, p, 0700, &me);
+	snprintf(p, sizeof p, "%s/fs/workspace", tmp);
+	if (rc == 0)
+		rc = moat_fsclone_clone(tb, AT_FDCWD, ws, AT_FDCWD, p, false, NULL, &r.size, &me);
+	static const char *const empty[] = {"upper", "work"};
+	for (size_t i = 0; rc == 0 && i < 2; i++) {
+		snprintf(p, sizeof p, "%s/fs/%s", tmp, empty[i]);
+		if (mkdir(p, 0755) < 0)
+			rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", p);
+	}
+	snap_crash_point("import-copied");
+	if (rc == 0 && store_max && (uint64_t)(used + r.size) > store_max) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		cerr(e, 507, "insufficient_storage",
+		     "the imported snapshot (%lld bytes) does not fit under --store-max %llu "
+		     "(%lld used)",
+		     (long long)r.size, (unsigned long long)store_max, (long long)used);
+		return NULL;
+	}
+	if (rc == 0 && rename(tmp, dst) < 0)
+		rc = moat_err_set(&me, MOAT_E_SYSTEM, errno, "%s", dst);
+	if (rc < 0) {
+		moat_fsclone_remove(AT_FDCWD, tmp);
+		storage_err(e, me.errnum, "the imported snapshot", me.msg);
+		return NULL;
+	}
+	if (r.size < 0)
+		r.size = 0;
+	r.name = name ? strdup(name) : NULL;
+	r.sandbox = strdup("");
+	r.image = strdup(image);
+	r.spec = json_dumps(spec, JSON_COMPACT);
+	return record(&r, name, dst, e);
 }

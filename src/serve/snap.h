@@ -59,4 +59,26 @@ int snap_for_create(const char *image, char **fs, json_t **spec, struct core_err
 /* Remove such a clone (or anything made under the data dir by fsclone). */
 void snap_drop_fs(const char *fs);
 
+/* For export and import (snap_io.c). A snapshot's record by id or name:
+ * 0, or -1 and e (404, 500). */
+struct snap_info {
+	char id[32];
+	char *name, *image, *spec; /* name may be NULL; image "host", a digest or a path */
+};
+int snap_info(const char *ref, struct snap_info *out, struct core_err *e);
+void snap_info_free(struct snap_info *i);
+/* A new snapshot id ("s" + 15 of [a-z0-9]); a name's rule (400 otherwise). */
+void snap_new_id(char out[32]);
+/* MOAT_TEST_CRASH_AT=<step> (read by snap_init): SIGKILL of the daemon at
+ * that step, for the tests of what a restart finds. */
+void snap_crash_point(const char *step);
+bool snap_name_ok(const char *name);
+/* A snapshot id of a new snapshot made from a workspace tree ws (a
+ * directory under the data dir, copied): fs/ with workspace/, empty
+ * upper/ and work/; its row says image and spec (borrowed). All or
+ * nothing (made as .tmp-<id>); --store-max and ENOSPC: 507. The API's
+ * snapshot object (new ref) or NULL and e. */
+json_t *snap_adopt(const char *id, const char *name, const char *image, const json_t *spec,
+		   const char *ws, struct core_err *e);
+
 #endif

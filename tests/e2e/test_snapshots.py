@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import uid_tag, wait_until
+from conftest import MOAT, uid_tag, wait_until
 from test_serve import Daemon
 
 IS_ROOT = os.geteuid() == 0
@@ -86,6 +86,16 @@ def d(request):
             fs.close()
 
 
+def dies_at(d, call):
+    """Make the call that reaches the daemon's MOAT_TEST_CRASH_AT step (it
+    gets no answer) and wait for the daemon's death."""
+    try:
+        call()
+    except Exception:
+        pass
+    assert wait_until(lambda: d.proc.poll() is not None, timeout=60), d.log()
+
+
 def snap(d, sid, **body):
     r = d.post(f"/v1/sandboxes/{sid}/snapshots", body)
     assert r.status == 201, r
@@ -105,6 +115,17 @@ def test_backend_is_the_probed_one(d):
     s = snap(d, sid)
     assert s["backend"] == d.kind, (s, d.log())
     assert f"snapshots: {d.kind}" in d.log()
+
+
+def test_doctor_reports_the_backend_and_its_cost(d):
+    r = subprocess.run([MOAT, "doctor", "--data", str(d.data)], capture_output=True, text=True,
+                       timeout=60)
+    line = [x for x in r.stdout.splitlines() if x.strip().startswith("snapshots")]
+    assert line and line[0].split()[1] == d.kind, r.stdout
+    cost = {"copy": "O(bytes)", "reflink": "O(files)", "btrfs": "O(1)"}[d.kind]
+    assert cost in line[0], line
+    # the probe left nothing in the data directory
+    assert not [n for n in os.listdir(d.data) if n.startswith(".fsclone-probe")]
 
 
 def test_snapshot_keeps_running_and_create_sees_the_moment(d):
@@ -247,11 +268,7 @@ def test_kill9_mid_snapshot(step):
     try:
         sid = d.create()["id"]
         d.sh(sid, "echo x > x.txt")
-        try:
-            d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20)
-        except Exception:
-            pass
-        assert wait_until(lambda: d.proc.poll() is not None, timeout=20), d.log()
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20))
         assert os.listdir(d.data / "snapshots"), "the crash came before any file was made"
         d.env_extra = {}
         d.start()
@@ -261,5 +278,172 @@ def test_kill9_mid_snapshot(step):
         assert "no complete snapshot; removed" in d.log()
         # the sandbox was adopted and still snapshots
         assert snap(d, sid)["sandbox_id"] == sid
+    finally:
+        d.stop()
+
+
+# ---- the freeze during a copy ------------------------------------------------
+
+# each file replaced whole (rename), a before b
+WRITER = ("i=0; while :; do i=$((i+1)); echo $i > a.t && mv a.t a; "
+          "echo $i > b.t && mv b.t b; done")
+
+
+def freezer_state(pid):
+    """FROZEN / THAWED of the freezer cgroup pid is in, read on the host
+    (v1 freezer.state, v2 cgroup.events), or None without a freezer."""
+    lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    for line in lines:
+        _, ctrls, path = line.split(":", 2)
+        if "freezer" in ctrls.split(","):
+            p = Path("/sys/fs/cgroup/freezer") / path.lstrip("/") / "freezer.state"
+            return p.read_text().strip()
+    for line in lines:
+        hid, _, path = line.split(":", 2)
+        if hid == "0":
+            ev = Path("/sys/fs/cgroup") / path.lstrip("/") / "cgroup.events"
+            if ev.exists():
+                return "FROZEN" if "frozen 1" in ev.read_text() else "THAWED"
+    return None
+
+
+def has_freezer(d):
+    return "pause: available" in d.log()
+
+
+def counter(d, sid):
+    return int(d.sh(sid, "cat a").strip() or "0")
+
+
+def advancing(d, sid):
+    first = counter(d, sid)
+    return wait_until(lambda: counter(d, sid) > first, timeout=30)
+
+
+def test_snapshot_of_a_busy_sandbox_is_of_one_moment(d):
+    """A process writes i to a, then to b (each whole), without end. The snapshot holds
+    a == b or a == b + 1 (the writer was stopped at one point; a copy
+    beside it could see b newer than a); after it the writer is alive,
+    thawed, and counting on."""
+    sid = d.create()["id"]
+    d.ex(sid, WRITER, yield_ms=0)
+    assert wait_until(lambda: d.sh(sid, "cat b 2>/dev/null || true").strip(), timeout=30)
+    s = snap(d, sid)
+    ws = d.data / "snapshots" / s["id"] / "fs" / "workspace"
+    a, b = int((ws / "a").read_text() or 0), int((ws / "b").read_text() or 0)
+    assert a in (b, b + 1), (a, b)
+    if has_freezer(d):
+        assert freezer_state(d.agent_pid(sid)) == "THAWED"
+    assert advancing(d, sid)
+    ps = d.get(f"/v1/sandboxes/{sid}/processes").json()["processes"]
+    assert any(p["running"] for p in ps), ps
+
+
+def test_paused_sandbox_stays_paused_through_a_snapshot(d):
+    sid = d.create()["id"]
+    d.sh(sid, "echo x > x.txt")
+    r = d.post(f"/v1/sandboxes/{sid}/pause", {})
+    if r.status == 422:
+        pytest.skip(f"pause is unavailable here: {r}")
+    assert r.status in (200, 204), r
+    snap(d, sid)
+    assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "paused"
+    assert freezer_state(d.agent_pid(sid)) == "FROZEN"
+    assert d.post(f"/v1/sandboxes/{sid}/resume", {}).status in (200, 204)
+    assert d.sh(sid, "cat x.txt") == "x\n"
+
+
+def test_kill9_while_frozen_for_a_snapshot():
+    """The daemon dies with the sandbox frozen for the copy (a test-only
+    crash point right after the freeze): the sandbox is frozen on the host
+    then; the restarted daemon thaws it (its record says running), and
+    leaves no half snapshot."""
+    d = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": "snapshot-frozen"})
+    try:
+        if not has_freezer(d):
+            pytest.skip("no freezer for this daemon: the copy is not frozen")
+        sid = d.create()["id"]
+        d.ex(sid, WRITER, yield_ms=0)
+        assert wait_until(lambda: d.sh(sid, "cat b 2>/dev/null || true").strip(), timeout=30)
+        agent = d.agent_pid(sid)
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/snapshots", {}, timeout=20))
+        assert freezer_state(agent) == "FROZEN"
+        d.env_extra = {}
+        d.start()
+        assert freezer_state(agent) == "THAWED", d.log()
+        assert os.listdir(d.data / "snapshots") == [], d.log()
+        assert rows(d) == []
+        assert d.get(f"/v1/sandboxes/{sid}").json()["state"] == "running"
+        assert advancing(d, sid)
+    finally:
+        d.stop()
+
+
+# ---- --store-max ---------------------------------------------------------------
+
+def test_store_max_bounds_snapshots():
+    d = Daemon("--pool", "0", "--store-max", "1M")
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "echo small > s.txt")
+        s = snap(d, sid)
+        d.sh(sid, "head -c 3000000 /dev/urandom > big && echo ok")
+        r = d.post(f"/v1/sandboxes/{sid}/snapshots", {})
+        assert r.status == 507, r
+        assert r.json()["error"]["code"] == "insufficient_storage"
+        assert "--store-max" in r.json()["error"]["message"], r
+        # nothing of it on disk or in the store
+        assert os.listdir(d.data / "snapshots") == [s["id"]]
+        assert [x[0] for x in rows(d)] == [s["id"]]
+        assert d.sh(sid, "stat -c %s big") == "3000000\n"
+    finally:
+        d.stop()
+
+
+# ---- kill -9 mid-fork, mid-restore ----------------------------------------------
+
+def leftover_clones(d):
+    return [n for n in os.listdir(d.data / "sandboxes") if n.startswith(".")]
+
+
+def test_kill9_mid_fork():
+    d = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": "fork-cloned"})
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "echo parent > p.txt")
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/fork", {"count": 2}, timeout=20))
+        assert leftover_clones(d), "the crash came before any clone was made"
+        d.env_extra = {}
+        d.start()
+        assert leftover_clones(d) == [], d.log()
+        listed = [b["id"] for b in d.get("/v1/sandboxes").json()["sandboxes"]]
+        assert listed == [sid], listed
+        assert sorted(os.listdir(d.data / "sandboxes")) == [sid]
+        assert d.sh(sid, "cat p.txt") == "parent\n"
+        r = d.post(f"/v1/sandboxes/{sid}/fork", {"count": 1})
+        assert r.status == 201, r
+    finally:
+        d.stop()
+
+
+def test_kill9_mid_restore():
+    d = Daemon("--pool", "0", env_extra={"MOAT_TEST_CRASH_AT": "restore-cloned"})
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "echo one > a.txt")
+        s = snap(d, sid)
+        d.sh(sid, "echo two > a.txt")
+        dies_at(d, lambda: d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": s["id"]},
+                                  timeout=20))
+        assert (d.sbdir(sid) / "fs.new").exists(), "the crash came before the clone"
+        d.env_extra = {}
+        d.start()
+        assert not (d.sbdir(sid) / "fs.new").exists(), d.log()
+        # as before the restore that never answered, and usable
+        assert d.sh(sid, "cat a.txt") == "two\n"
+        assert [x[0] for x in rows(d)] == [s["id"]]
+        r = d.post(f"/v1/sandboxes/{sid}/restore", {"snapshot": s["id"]})
+        assert r.status == 200, r
+        assert d.sh(sid, "cat a.txt") == "one\n"
     finally:
         d.stop()

@@ -56,6 +56,18 @@ int client_read_all(int fd, size_t cap, const char *what, char **out,
 int client_add_kv(json_t *obj, const char *arg, const char *opt, int allow_env,
 		  struct moat_err *e);
 
+/* o[key] if it is a string, else dflt (tables of listings). */
+const char *client_str_or(json_t *o, const char *key, const char *dflt);
+
+/* o as indented JSON on stdout; CLIENT_FAIL (said) when it cannot be written. */
+int client_print_json(const char *cmd, json_t *o);
+
+/* DELETE path(h, name) for every name, each failure said naming it; stops
+ * at the first that cannot reach the server. 0, or CLIENT_FAIL. */
+struct moat_http;
+int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+		       char *(*path)(struct moat_http *h, const char *name));
+
 /* Write n bytes to f; -1 with e filled on failure. */
 int client_write(FILE *f, const void *data, size_t n, struct moat_err *e);
 

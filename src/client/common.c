@@ -1,6 +1,7 @@
 /* Helpers shared by the client commands: see client.h. */
 #define _GNU_SOURCE
 #include "client.h"
+#include "http.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -111,4 +112,38 @@ int client_write(FILE *f, const void *data, size_t n, struct moat_err *e)
 	if (n && fwrite(data, 1, n, f) != n)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "write");
 	return 0;
+}
+
+const char *client_str_or(json_t *o, const char *key, const char *dflt)
+{
+	const char *s = json_string_value(json_object_get(o, key));
+	return s ? s : dflt;
+}
+
+int client_print_json(const char *cmd, json_t *o)
+{
+	if (json_dumpf(o, stdout, JSON_INDENT(2)) < 0 || putchar('\n') == EOF ||
+	    fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+		       char *(*path)(struct moat_http *h, const char *name))
+{
+	int r = 0;
+	struct moat_err e = {0};
+	for (int i = 0; i < n; i++) {
+		char *p = path(h, names[i]);
+		if (!p)
+			return client_fail(cmd, "out of memory");
+		int rc = moat_http_json(h, "DELETE", p, NULL, NULL, NULL, &e);
+		free(p);
+		if (rc < 0) {
+			r = client_fail(cmd, "%s: %s", names[i], e.msg);
+			if (strncmp(e.msg, "cannot reach", 12) == 0)
+				break;
+		}
+	}
+	return r;
 }

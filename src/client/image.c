@@ -171,10 +171,7 @@ static int image_inspect(int argc, char **argv)
 		return client_fail(cmd, "out of memory");
 	if (moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
 		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
-	if (json_dumpf(ans, stdout, JSON_INDENT(2)) < 0 || putchar('\n') == EOF ||
-	    fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_json(cmd, ans);
 }
 
 static int image_rm(int argc, char **argv)
@@ -192,18 +189,7 @@ static int image_rm(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	r = 0;
-	for (int i = optind; i < argc; i++) {
-		_cleanup_free_ char *path = image_path(h, argv[i]);
-		if (!path)
-			return client_fail(cmd, "out of memory");
-		if (moat_http_json(h, "DELETE", path, NULL, NULL, NULL, &e) < 0) {
-			r = client_fail(cmd, "%s: %s", argv[i], e.msg);
-			if (strncmp(e.msg, "cannot reach", 12) == 0)
-				break;
-		}
-	}
-	return r;
+	return client_delete_each(cmd, h, argv + optind, argc - optind, image_path);
 }
 
 int moat_client_image(int argc, char **argv)

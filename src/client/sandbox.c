@@ -272,21 +272,15 @@ static char *metadata_text(json_t *meta)
 	return s;
 }
 
-static const char *str_or(json_t *o, const char *key, const char *dflt)
-{
-	const char *s = json_string_value(json_object_get(o, key));
-	return s ? s : dflt;
-}
-
 static int print_table(json_t *list)
 {
 	int wid = 2, wstate = 5, wcreated = 7;
 	size_t i;
 	json_t *sb;
 	json_array_foreach(list, i, sb) {
-		int a = (int)strlen(str_or(sb, "id", "?"));
-		int b = (int)strlen(str_or(sb, "state", "?"));
-		int c = (int)strlen(str_or(sb, "created_at", "?"));
+		int a = (int)strlen(client_str_or(sb, "id", "?"));
+		int b = (int)strlen(client_str_or(sb, "state", "?"));
+		int c = (int)strlen(client_str_or(sb, "created_at", "?"));
 		wid = a > wid ? a : wid;
 		wstate = b > wstate ? b : wstate;
 		wcreated = c > wcreated ? c : wcreated;
@@ -297,8 +291,8 @@ static int print_table(json_t *list)
 		_cleanup_free_ char *meta = metadata_text(json_object_get(sb, "metadata"));
 		if (!meta)
 			return -1;
-		printf("%-*s  %-*s  %-*s  %s\n", wid, str_or(sb, "id", "?"), wstate,
-		       str_or(sb, "state", "?"), wcreated, str_or(sb, "created_at", "?"), meta);
+		printf("%-*s  %-*s  %-*s  %s\n", wid, client_str_or(sb, "id", "?"), wstate,
+		       client_str_or(sb, "state", "?"), wcreated, client_str_or(sb, "created_at", "?"), meta);
 	}
 	return 0;
 }
@@ -369,6 +363,11 @@ out:
 
 /* ---- rm -------------------------------------------------------------- */
 
+static char *sandbox_path(struct moat_http *h, const char *id)
+{
+	return moat_http_sandbox_path(h, id, "");
+}
+
 int moat_client_rm(int argc, char **argv)
 {
 	const char *cmd = "rm";
@@ -389,16 +388,5 @@ int moat_client_rm(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	int r = 0;
-	for (int i = optind; i < argc; i++) {
-		_cleanup_free_ char *path = moat_http_sandbox_path(h, argv[i], "");
-		if (!path)
-			return client_fail(cmd, "out of memory");
-		if (moat_http_json(h, "DELETE", path, NULL, NULL, NULL, &e) < 0) {
-			r = client_fail(cmd, "%s: %s", argv[i], e.msg);
-			if (strncmp(e.msg, "cannot reach", 12) == 0)
-				break;
-		}
-	}
-	return r;
+	return client_delete_each(cmd, h, argv + optind, argc - optind, sandbox_path);
 }

@@ -48,14 +48,6 @@ static char *snap_path(struct moat_http *h, const char *ref)
 	return p;
 }
 
-static int print_json(const char *cmd, json_t *o)
-{
-	if (json_dumpf(o, stdout, JSON_INDENT(2)) < 0 || putchar('\n') == EOF ||
-	    fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
-}
-
 /* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
 
 /* ---- moat snapshot export SID -o FILE ------------------------------------ */
@@ -186,20 +178,14 @@ static int snap_take(int argc, char **argv)
 
 /* ---- moat snapshot ls [--json] -------------------------------------------- */
 
-static const char *str_or(json_t *o, const char *key, const char *dflt)
-{
-	const char *s = json_string_value(json_object_get(o, key));
-	return s ? s : dflt;
-}
-
 static int print_snaps(json_t *list)
 {
 	int wid = 2, wname = 4, wsb = 7;
 	size_t i;
 	json_t *s;
 	json_array_foreach(list, i, s) {
-		int a = (int)strlen(str_or(s, "id", "?")), b = (int)strlen(str_or(s, "name", "-")),
-		    c = (int)strlen(str_or(s, "sandbox_id", "-"));
+		int a = (int)strlen(client_str_or(s, "id", "?")), b = (int)strlen(client_str_or(s, "name", "-")),
+		    c = (int)strlen(client_str_or(s, "sandbox_id", "-"));
 		wid = a > wid ? a : wid;
 		wname = b > wname ? b : wname;
 		wsb = c > wsb ? c : wsb;
@@ -210,9 +196,9 @@ static int print_snaps(json_t *list)
 	json_array_foreach(list, i, s) {
 		char size[32];
 		image_size_text(json_integer_value(json_object_get(s, "size")), size, sizeof size);
-		if (printf("%-*s  %-*s  %-*s  %-9s  %-7s  %s\n", wid, str_or(s, "id", "?"), wname,
-			   str_or(s, "name", "-"), wsb, str_or(s, "sandbox_id", "-"), size,
-			   str_or(s, "backend", "?"), str_or(s, "created_at", "?")) < 0)
+		if (printf("%-*s  %-*s  %-*s  %-9s  %-7s  %s\n", wid, client_str_or(s, "id", "?"), wname,
+			   client_str_or(s, "name", "-"), wsb, client_str_or(s, "sandbox_id", "-"), size,
+			   client_str_or(s, "backend", "?"), client_str_or(s, "created_at", "?")) < 0)
 			return -1;
 	}
 	return 0;
@@ -241,7 +227,7 @@ static int snap_ls(int argc, char **argv)
 	if (!json_is_array(list))
 		return client_fail(cmd, "the answer from %s has no snapshot list", moat_http_url(h));
 	if (vals[0])
-		return print_json(cmd, ans);
+		return client_print_json(cmd, ans);
 	if (print_snaps(list) < 0 || fflush(stdout) != 0)
 		return client_fail(cmd, "write: %s", strerror(errno));
 	return 0;
@@ -263,17 +249,7 @@ static int snap_rm(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	for (int i = optind; i < argc; i++) {
-		_cleanup_free_ char *path = snap_path(h, argv[i]);
-		if (!path)
-			return client_fail(cmd, "out of memory");
-		if (moat_http_json(h, "DELETE", path, NULL, NULL, NULL, &e) < 0) {
-			r = client_fail(cmd, "%s: %s", argv[i], e.msg);
-			if (strncmp(e.msg, "cannot reach", 12) == 0)
-				break;
-		}
-	}
-	return r;
+	return client_delete_each(cmd, h, argv + optind, argc - optind, snap_path);
 }
 
 static int snap_inspect(int argc, char **argv)
@@ -295,7 +271,7 @@ static int snap_inspect(int argc, char **argv)
 		return client_fail(cmd, "out of memory");
 	if (moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
 		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
-	return print_json(cmd, ans);
+	return client_print_json(cmd, ans);
 }
 
 int moat_client_snapshot(int argc, char **argv)
@@ -360,7 +336,7 @@ int moat_client_fork(int argc, char **argv)
 	if (!json_is_array(list))
 		return client_fail(cmd, "the answer from %s has no sandbox list", moat_http_url(h));
 	json_array_foreach(list, i, sb)
-		if (printf("%s\n", str_or(sb, "id", "?")) < 0)
+		if (printf("%s\n", client_str_or(sb, "id", "?")) < 0)
 			return client_fail(cmd, "write: %s", strerror(errno));
 	if (fflush(stdout) != 0)
 		return client_fail(cmd, "write: %s", strerror(errno));

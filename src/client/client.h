@@ -59,12 +59,17 @@ int client_add_kv(json_t *obj, const char *arg, const char *opt, int allow_env,
 /* o[key] if it is a string, else dflt (tables of listings). */
 const char *client_str_or(json_t *o, const char *key, const char *dflt);
 
+struct moat_http;
+
 /* o as indented JSON on stdout; CLIENT_FAIL (said) when it cannot be written. */
 int client_print_json(const char *cmd, json_t *o);
 
+/* GET path(h, name) and print the answer as JSON; errors name name. */
+int client_show(const char *cmd, struct moat_http *h, const char *name,
+		char *(*path)(struct moat_http *h, const char *name));
+
 /* DELETE path(h, name) for every name, each failure said naming it; stops
  * at the first that cannot reach the server. 0, or CLIENT_FAIL. */
-struct moat_http;
 int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name));
 

@@ -147,3 +147,20 @@ int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n
 	}
 	return r;
 }
+
+int client_show(const char *cmd, struct moat_http *h, const char *name,
+		char *(*path)(struct moat_http *h, const char *name))
+{
+	struct moat_err e = {0};
+	char *p = path(h, name);
+	json_t *ans = NULL;
+	if (!p)
+		return client_fail(cmd, "out of memory");
+	int rc = moat_http_json(h, "GET", p, NULL, NULL, &ans, &e);
+	free(p);
+	if (rc < 0)
+		return client_fail(cmd, "%s: %s", name, e.msg);
+	rc = client_print_json(cmd, ans);
+	json_decref(ans);
+	return rc;
+}

@@ -265,13 +265,7 @@ static int snap_inspect(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	_cleanup_free_ char *path = snap_path(h, argv[optind]);
-	_cleanup_json_ json_t *ans = NULL;
-	if (!path)
-		return client_fail(cmd, "out of memory");
-	if (moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
-		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
-	return client_print_json(cmd, ans);
+	return client_show(cmd, h, argv[optind], snap_path);
 }
 
 int moat_client_snapshot(int argc, char **argv)

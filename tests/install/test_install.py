@@ -44,7 +44,7 @@ INSTALLED = {
 # --xyz a --help names that belongs to another command (not completed for
 # this one): token's help says where serve reads the token from, run's
 # that serve passes its own --net-allow.
-MENTIONS = {"token": {"--token-file"}, "run": {"--net-allow"}}
+MENTIONS = {"token": {"--token-file"}, "run": {"--net-allow"}, "resume": {"--release"}}
 
 
 def sh(*cmd, check=True, **kw):
@@ -353,7 +353,7 @@ def test_completion_has_every_command_and_option(inst, complete):
 
 def test_mentions_are_really_other_commands_options(inst):
     """MENTIONS above stays honest: each is an option of some command."""
-    every = set().union(*(options(help_of(inst, c)) for c in ("serve", "run")))
+    every = set().union(*(options(help_of(inst, c)) for c in ("serve", "run", "pause")))
     for c, m in MENTIONS.items():
         assert m <= every and not (m & bash_complete(inst, ["moat", c, "-"])), (c, m)
 

@@ -6,6 +6,7 @@
 #include <moat/err.h>
 
 #include <jansson.h>
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -63,6 +64,11 @@ struct moat_http;
 
 /* o as indented JSON on stdout; CLIENT_FAIL (said) when it cannot be written. */
 int client_print_json(const char *cmd, json_t *o);
+
+/* GET path and print its list answer[key]: the JSON answer with as_json,
+ * else print(list) (a table); errors name the server. */
+int client_list(const char *cmd, const char *path, const char *key, bool as_json,
+		int (*print)(json_t *list));
 
 /* GET path(h, name) and print the answer as JSON; errors name name. */
 int client_show(const char *cmd, struct moat_http *h, const char *name,

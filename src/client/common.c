@@ -164,3 +164,21 @@ int client_show(const char *cmd, struct moat_http *h, const char *name,
 	json_decref(ans);
 	return rc;
 }
+
+int client_list(const char *cmd, const char *path, const char *key, bool as_json,
+		int (*print)(json_t *list))
+{
+	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	_cleanup_json_ json_t *ans = NULL;
+	if (!h || moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
+		return client_fail_err(cmd, &e);
+	json_t *list = json_object_get(ans, key);
+	if (!json_is_array(list))
+		return client_fail(cmd, "the answer from %s has no %s list", moat_http_url(h), key);
+	if (as_json)
+		return client_print_json(cmd, ans);
+	if (print(list) < 0 || fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}

@@ -136,18 +136,7 @@ static int image_ls(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	_cleanup_json_ json_t *ans = NULL;
-	if (!h || moat_http_json(h, "GET", "/v1/images", NULL, NULL, &ans, &e) < 0)
-		return client_fail_err(cmd, &e);
-	json_t *list = json_object_get(ans, "images");
-	if (!json_is_array(list))
-		return client_fail(cmd, "the answer from %s has no image list", moat_http_url(h));
-	if ((as_json ? json_dumpf(ans, stdout, JSON_INDENT(2)) < 0 || putchar('\n') == EOF
-		     : print_images(list) < 0) || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_list(cmd, "/v1/images", "images", as_json, print_images);
 }
 
 static int image_inspect(int argc, char **argv)

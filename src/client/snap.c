@@ -218,19 +218,7 @@ static int snap_ls(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	_cleanup_json_ json_t *ans = NULL;
-	if (!h || moat_http_json(h, "GET", "/v1/snapshots", NULL, NULL, &ans, &e) < 0)
-		return client_fail_err(cmd, &e);
-	json_t *list = json_object_get(ans, "snapshots");
-	if (!json_is_array(list))
-		return client_fail(cmd, "the answer from %s has no snapshot list", moat_http_url(h));
-	if (vals[0])
-		return client_print_json(cmd, ans);
-	if (print_snaps(list) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_list(cmd, "/v1/snapshots", "snapshots", vals[0] != NULL, print_snaps);
 }
 
 /* ---- moat snapshot rm / inspect ------------------------------------------- */

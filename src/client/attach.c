@@ -17,6 +17,7 @@
 #include <string.h>
 #include <strings.h>
 #include <sys/random.h>
+#include <time.h>
 #include <unistd.h>
 
 #define MAX_HEAD ((size_t)64 << 10)       /* the server's handshake answer */
@@ -432,11 +433,25 @@ static void pump(struct sess *s)
 	pump_in(s);
 }
 
+/* A signal (a resize, most often) interrupts poll: wait on for the time
+ * left; the signal waits in the self-pipe for the session loop. */
 static bool wait_sock(struct sess *s, short ev, int ms)
 {
 	struct pollfd p = {.fd = s->sock, .events = ev};
-	int r = poll(&p, 1, ms);
-	return r > 0;
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int r = poll(&p, 1, ms);
+		if (r >= 0 || errno != EINTR)
+			return r > 0;
+		struct timespec t1;
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		long long spent = (t1.tv_sec - t0.tv_sec) * 1000LL + (t1.tv_nsec - t0.tv_nsec) / 1000000;
+		if (spent >= ms)
+			return false;
+		ms -= (int)spent;
+		t0 = t1;
+	}
 }
 
 /* The handshake; true once upgraded (leftover bytes in s->in). */

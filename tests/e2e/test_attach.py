@@ -539,3 +539,77 @@ def test_interactive_without_tty_pipes_stdin_and_splits_stderr(daemon, box):
 def test_attach_to_an_unknown_process_names_it(daemon, box):
     r = moat(daemon.url, "attach", box, "4242")
     assert r.returncode == 125 and b"no process 4242" in r.stderr, r.stderr
+
+
+class SlowUpgrade:
+    """A server that takes its time to answer the attach's upgrade, then
+    reads one frame, answers exit 0 and closes: what the client sends after
+    a resize that came during the handshake."""
+
+    def __init__(self, delay):
+        import threading
+        self.s = socket.socket()
+        self.s.bind(("127.0.0.1", 0))
+        self.s.listen(1)
+        self.url = f"http://127.0.0.1:{self.s.getsockname()[1]}"
+        self.delay = delay
+        self.got = None
+        self.asked = threading.Event()
+        self.t = threading.Thread(target=self.serve, daemon=True)
+        self.t.start()
+
+    def serve(self):
+        c, _ = self.s.accept()
+        c.settimeout(TIMEOUT)
+        head = b""
+        while b"\r\n\r\n" not in head:
+            head += c.recv(4096)
+        key = re.search(rb"Sec-WebSocket-Key: *(\S+)", head, re.I).group(1)
+        self.asked.set()
+        time.sleep(self.delay)
+        acc = base64.b64encode(hashlib.sha1(key + GUID).digest())
+        c.sendall(b"HTTP/1.1 101 Switching Protocols\r\nUpgrade: websocket\r\n"
+                  b"Connection: Upgrade\r\nSec-WebSocket-Accept: " + acc + b"\r\n\r\n")
+        c.sendall(unmasked_text({"type": "attached", "tty": True}))
+        buf = b""
+        msgs = []
+        while not any(m.get("type") == "resize" and m.get("cols") == 120 for m in msgs):
+            d = c.recv(4096)
+            if not d:
+                break
+            buf += d
+            while len(buf) >= 6:
+                n = buf[1] & 0x7F
+                if len(buf) < 6 + n:
+                    break
+                mask, payload = buf[2:6], buf[6:6 + n]
+                buf = buf[6 + n:]
+                msgs.append(json.loads(bytes(b ^ mask[i % 4] for i, b in enumerate(payload))))
+        self.got = msgs
+        c.sendall(unmasked_text({"type": "exit", "exit_code": 0}))
+        c.sendall(bytes([0x88, 2]) + struct.pack("!H", 1000))
+        time.sleep(0.5)
+        c.close()
+
+
+def unmasked_text(o):
+    p = json.dumps(o).encode()
+    assert len(p) < 126
+    return bytes([0x81, len(p)]) + p
+
+
+def test_resize_during_the_handshake_is_sent_after_it():
+    """A SIGWINCH while the upgrade is awaited interrupted the wait, and the
+    client gave up with "no answer"; it must wait on and send the new size."""
+    srv = SlowUpgrade(delay=1.5)
+    t = Term(srv, "attach", "fakebox", "7")
+    try:
+        assert srv.asked.wait(TIMEOUT)
+        time.sleep(0.2)
+        t.resize(120, 50)  # the kernel sends SIGWINCH to the client
+        assert t.wait() == 0, t.out
+        assert b"no answer" not in t.out
+        assert any(m.get("type") == "resize" and m.get("cols") == 120 and m.get("rows") == 50
+                   for m in srv.got), srv.got
+    finally:
+        t.close()

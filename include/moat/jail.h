@@ -114,6 +114,11 @@ int moat_jail_wait_fd(const struct moat_jail *j);
  * sandbox's 127.0.0.1:3128 (HTTP proxy) and :1080 (SOCKS5); the caller's
  * gateway accepts on them. Returns -1 when there are none. */
 int moat_jail_gate_fds(struct moat_jail *j, int fds[2]);
+/* Control mode (policy.control): the port of the sandbox's control
+ * listener (127.0.0.1 inside), and taking its listening socket; -1 when
+ * there is none. moat-agent keeps a copy (fd 6) for a restarted daemon. */
+#define MOAT_CONTROL_PORT 7878
+int moat_jail_control_fd(struct moat_jail *j);
 /* A sandbox with its own network: take its resolver's sockets (UDP and
  * TCP 127.0.0.1:53 inside; serve them with src/base/dnsd.h). Returns -1
  * when there are none. */

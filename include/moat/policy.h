@@ -103,6 +103,11 @@ struct moat_policy {
 	struct moat_strv net_resolve;  /* "HOST[:PORT]:ADDR" pins (gateway) */
 	bool gateway;         /* set by finalize: no network but through the
 			       * egress gateway (an allowlist was given) */
+	bool control;         /* moat serve's sessions: a listener on
+			       * 127.0.0.1:MOAT_CONTROL_PORT inside (net NONE
+			       * only; refused otherwise), handed to the host
+			       * like the gateway's, Landlock allowing TCP
+			       * connect to it (docs/control-plane.md) */
 	struct moat_strv env;                 /* "NAME" (pass) or "NAME=VALUE" */
 	uint64_t memory;     /* bytes; 0 = no limit */
 	uint64_t pids;       /* 0 = no limit */

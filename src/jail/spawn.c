@@ -606,6 +606,11 @@ int moat_jail_wait_fd(const struct moat_jail *j)
 	return j->c.st_rd;
 }
 
+int moat_jail_control_fd(struct moat_jail *j)
+{
+	return -1; /* STUB (issue 14) */
+}
+
 int moat_jail_gate_fds(struct moat_jail *j, int fds[2])
 {
 	fds[0] = j->c.gate_fds[0];

@@ -2,6 +2,7 @@
  * operation core (core.h), shape the answer. Requests that wait keep a
  * `struct pend` until the core answers or the client goes away. */
 #define _GNU_SOURCE
+#include "session.h"
 #include "api.h"
 #include "api_snap.h"
 
@@ -674,6 +675,10 @@ void api_route(struct evhttp_request *req)
 	}
 	if (n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "snapshots")) {
 		api_snap_route(req, seg, n);
+		return;
+	}
+	if (n >= 2 && !strcmp(seg[0], "v1") && !strcmp(seg[1], "sessions")) {
+		session_route(req, seg, n);
 		return;
 	}
 	if (n < 2 || strcmp(seg[0], "v1") || strcmp(seg[1], "sandboxes")) {

@@ -324,6 +324,18 @@ int box_set_end(struct box *b, int64_t end_unix)
 	return 0;
 }
 
+static const struct box_control_ops *control_ops; /* STUB (issue 14): not called yet */
+
+void box_set_control_ops(const struct box_control_ops *ops)
+{
+	control_ops = ops;
+}
+
+bool box_control(const struct box *b)
+{
+	return json_is_true(json_object_get(b->spec, "control"));
+}
+
 bool box_users(const struct box *b)
 {
 	return json_is_true(json_object_get(b->spec, "users"));

@@ -63,6 +63,8 @@ struct box_spec {
 	const char *door;   /* door data to keep (box_door), or NULL */
 	json_t *door_data;
 	bool on_timeout_pause; /* at its end: paused (box_pause), not deleted */
+	bool control;       /* a control listener inside (core_create_opts.control),
+			     * kept in the spec ("control": true) across restarts */
 };
 
 int box_init(struct event_base *base, const struct box_config *cfg, struct moat_err *e);
@@ -186,6 +188,18 @@ void box_set_fsclone(int backend);
  * interest in the reply). Returns -1 when the
  * agent is not reachable (cb is not called). */
 typedef void (*box_reply_cb)(void *arg, json_t *reply, const char *data, size_t len);
+/* The control plane's hooks (cp.c sets them once): listen(b, fd) gets
+ * the listening socket of a sandbox made with spec.control, after its
+ * start, after a daemon restart (asked again from the agent, which keeps
+ * a copy) and after a respawn; the callee owns fd. closed(b) runs when the
+ * sandbox stops or is deleted (before it is freed): stop accepting. */
+struct box_control_ops {
+	void (*listen)(struct box *b, int fd);
+	void (*closed)(struct box *b);
+};
+void box_set_control_ops(const struct box_control_ops *ops);
+/* Made with spec.control. */
+bool box_control(const struct box *b);
 int box_call(struct box *b, json_t *req, const void *data, size_t len, box_reply_cb cb,
 	     void *arg);
 /* Forget a pending call (its HTTP client went away): cb will not run. */

@@ -66,6 +66,9 @@ void core_op_cancel(struct core_op *op);
 struct core_create_opts {
 	bool users;           /* a computer with users: root (uid 0) and user (1000,
 			       * home /home/user, the default); else the one sandbox user */
+	bool control;         /* a control listener (policy.control: sessions,
+			       * docs/control-plane.md); needs the sandbox's own
+			       * network (network "host" is refused) */
 	const char *door;     /* the door's name for door_data, e.g. "e2b" */
 	json_t *door_data;    /* kept with the sandbox (and across restarts), borrowed */
 };

@@ -2,6 +2,11 @@
  * (SIGTERM, SIGINT, or kill -9) leaves the sandboxes running; the next
  * start re-attaches to them. */
 #define _GNU_SOURCE
+#include "artifacts.h"
+#include "conv.h"
+#include "cp.h"
+#include "llm.h"
+#include "session.h"
 #include "api.h"
 #include "box.h"
 #include "clone.h"
@@ -228,6 +233,8 @@ int main(int argc, char **argv)
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
 	json_auto_t *secrets = json_object(); /* freed on every return */
+	struct llm_route llm_routes[32]; /* --llm-route (issue 14) */
+	size_t llm_nroutes = 0;
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
 	int64_t quotas[MOAT_QUOTAS];
@@ -520,7 +527,16 @@ int main(int argc, char **argv)
 	imcfg.insecure = insecure_regs.v;
 	if (images_init(&imcfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
+	/* the control plane (docs/control-plane.md): its tables and hooks
+	 * before the sandboxes come back, its sessions after */
+	struct session_config scfg = {.base = base, .data_dir = real};
+	struct artifacts_config acfg = {.base = base, .data_dir = real,
+					.max_size = (uint64_t)64 << 20, .url_ttl_s = 300};
+	if (llm_init(base, llm_routes, llm_nroutes, secrets, &e) < 0 || conv_init(&e) < 0 ||
+	    session_init(&scfg, &e) < 0 || artifacts_init(&acfg, &e) < 0 || cp_init(base, &e) < 0)
+		return fail("%s%s", e.msg, "");
 	box_restore();
+	session_restore();
 	clone_sweep(); /* seeds of creates a killed daemon left */
 	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
@@ -544,6 +560,10 @@ int main(int argc, char **argv)
 	event_free(sint);
 	mcp_shutdown();
 	http_stop();
+	cp_shutdown();
+	session_shutdown();
+	artifacts_shutdown();
+	llm_shutdown();
 	job_cancel_all(); /* a clone still running for a create nobody awaits */
 	images_shutdown(); /* pulls in flight stop (their blobs are swept next start) */
 	box_shutdown();

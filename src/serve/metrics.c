@@ -1,6 +1,7 @@
 /* Prometheus counters: see metrics.h. */
 #define _GNU_SOURCE
 #include "metrics.h"
+#include "session.h"
 
 #include "box.h"
 #include "http.h"
@@ -88,6 +89,7 @@ char *metrics_text(void)
 		   "# TYPE moat_http_requests_total counter\n");
 	for (int i = 1; i <= 5; i++)
 		fprintf(f, "moat_http_requests_total{code=\"%dxx\"} %llu\n", i, hs->requests[i]);
+	session_metrics(f);
 	fclose(f);
 	return out;
 }

@@ -26,6 +26,7 @@
 #include "serve/http.h"
 #include "serve/images.h"
 #include "serve/snap.h"
+#include "serve/session.h"
 #include "serve/box.h"
 #include "serve/core.h"
 #include "serve/e2b.h"
@@ -182,6 +183,17 @@ void api_snap_route(struct evhttp_request *req, char **seg, int n)
 bool api_snap_box_route(struct evhttp_request *req, struct box *b, const char *what, int n)
 {
 	return false;
+}
+
+/* Sessions have their own store and sandboxes: not under this fuzzer
+ * (their bodies are checked by session.c's own parser). */
+void session_route(struct evhttp_request *req, char **seg, int n)
+{
+	http_error(req, 404, "not_found", "no such route");
+}
+
+void session_metrics(FILE *f)
+{
 }
 
 int snap_for_create(const char *image, char **fs, json_t **spec, struct core_err *e)

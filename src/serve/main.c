@@ -58,6 +58,17 @@ static int fail(const char *fmt, const char *a, const char *b)
 	return 125;
 }
 
+/* The --llm-route array of main (issue 14). */
+struct llm_routes {
+	struct llm_route v[32];
+	size_t n;
+};
+static void llm_routes_free(struct llm_routes *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		llm_route_free(&r->v[i]);
+}
+
 static void usage(FILE *f)
 {
 	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
@@ -71,6 +82,7 @@ static void usage(FILE *f)
 	      "                  [--store-max SIZE] [--layer-max SIZE] [--registry-auth FILE]\n"
 	      "                  [--registry PAT]... [--insecure-registry HOST[:PORT]]...\n"
 	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
+	      "                  [--llm-route NAME=URL[,family=F][,key=SECRET][,timeout=S]]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default: $STATE_DIRECTORY under systemd, /var/lib/moat for root, else\n"
@@ -108,7 +120,11 @@ static void usage(FILE *f)
 	      "Browsers: a request with an Origin other than loopback or the --listen host\n"
 	      "is refused (403), unless --allow-origin ORIGIN (repeatable, e.g.\n"
 	      "https://console.example) names it; without a token, so is a Host other than\n"
-	      "those (DNS rebinding).\n", f);
+	      "those (DNS rebinding).\n"
+	      "Control plane (docs/control-plane.md): --llm-route NAME=URL (repeatable, at\n"
+	      "most 32) is an upstream model API the sessions' agents may call through the\n"
+	      "proxy (http or https; family=openai|anthropic, default from the host;\n"
+	      "key=SECRET names its key in the secret store; timeout=SECONDS bounds a call).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -222,6 +238,7 @@ int main(int argc, char **argv)
 		{"registry-auth", required_argument, 0, 'R' + 256},
 		{"registry", required_argument, 0, 'G' + 256},
 		{"insecure-registry", required_argument, 0, 'K' + 256},
+		{"llm-route", required_argument, 0, 'W' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0}, origins = {0};
@@ -236,7 +253,9 @@ int main(int argc, char **argv)
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
 	json_auto_t *secrets = json_object(); /* freed on every return */
-	struct llm_route llm_routes[32]; /* --llm-route (issue 14) */
+	/* --llm-route (issue 14): llm_init copies them; freed on every return */
+	__attribute__((cleanup(llm_routes_free))) struct llm_routes llm_rt = {0};
+	struct llm_route *llm_routes = llm_rt.v;
 	size_t llm_nroutes = 0;
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
@@ -270,6 +289,13 @@ int main(int argc, char **argv)
 				return fail("--registry %s: expected a registry HOST[:PORT] pattern "
 					    "(globs: *.example.com, host:*)", optarg, "");
 			moat_strv_add(&registries, optarg);
+			break;
+		case 'W' + 256:
+			if (llm_nroutes == sizeof llm_rt.v / sizeof *llm_rt.v)
+				return fail("--llm-route %s: at most %s routes", optarg, "32");
+			if (llm_route_parse(optarg, &llm_routes[llm_nroutes], &e) < 0)
+				return fail("%s%s", e.msg, "");
+			llm_rt.n = ++llm_nroutes;
 			break;
 		case 'K' + 256:
 			if (!*optarg || strpbrk(optarg, "/@ "))

@@ -743,3 +743,97 @@ Test(llm_dialect, conv_body)
 	json_decref(turn);
 	json_decref(hist);
 }
+
+/* ---- the conversation store (src/serve/conv.c) on a database of its own --------- */
+
+#include "serve/conv.h"
+#include "serve/store.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+static char dbdir[64];
+
+static void db_open(void)
+{
+	snprintf(dbdir, sizeof dbdir, "/tmp/moat-conv-XXXXXX");
+	cr_assert_not_null(mkdtemp(dbdir));
+	struct moat_err e = {0};
+	cr_assert_eq(store_open(dbdir, &e), 0, "%s", e.msg);
+	cr_assert_eq(conv_init(&e), 0, "%s", e.msg);
+	cr_assert_eq(conv_init(&e), 0, "again: %s", e.msg);
+}
+
+static void db_close(void)
+{
+	store_close();
+	char p[128];
+	const char *const files[] = {"moat.db", "moat.db-wal", "moat.db-shm"};
+	for (size_t i = 0; i < 3; i++) {
+		snprintf(p, sizeof p, "%s/%s", dbdir, files[i]);
+		unlink(p);
+	}
+	rmdir(dbdir);
+}
+
+TestSuite(conv, .init = db_open, .fini = db_close);
+
+Test(conv, turns_history_retry)
+{
+	struct moat_err e = {0};
+	json_t *h = conv_history("ses_a");
+	cr_assert_eq(json_array_size(h), 0);
+	json_decref(h);
+	json_t *n1 = J("[{\"role\":\"user\",\"content\":\"one\"}]");
+	json_t *a1 = J("[{\"role\":\"assistant\",\"content\":\"two\"}]");
+	struct llm_usage u = {.in = 5, .out = 2};
+	const char ans[] = "{\"choices\":[{\"message\":{\"content\":\"two\"}}]}";
+	cr_assert_eq(conv_turn_add("ses_a", "t1", "oa", LLM_CHAT, n1, a1, ans, sizeof ans - 1, &u,
+				   &e),
+		     0, "%s", e.msg);
+	/* the same turn_id again: refused, and nothing of it stored */
+	cr_assert_eq(conv_turn_add("ses_a", "t1", "oa", LLM_CHAT, n1, a1, ans, sizeof ans - 1, &u,
+				   &e),
+		     -1);
+	cr_assert(strstr(e.msg, "t1"), "%s", e.msg);
+	/* a message that is not an object: the whole turn rolls back */
+	json_t *bad = J("[{\"role\":\"user\",\"content\":\"x\"},7]");
+	cr_assert_eq(conv_turn_add("ses_a", "t2", "oa", LLM_CHAT, bad, a1, "", 0, &u, &e), -1);
+	cr_assert_null(conv_turn_find("ses_a", "t2"));
+	/* turns without turn_id are never taken for each other */
+	cr_assert_eq(conv_turn_add("ses_a", NULL, "oa", LLM_CHAT, n1, a1, ans, 3, NULL, &e), 0,
+		     "%s", e.msg);
+	cr_assert_eq(conv_turn_add("ses_a", NULL, "oa", LLM_CHAT, n1, a1, ans, 3, NULL, &e), 0,
+		     "%s", e.msg);
+	h = conv_history("ses_a");
+	cr_assert_eq(json_array_size(h), 6, "3 turns of 2: %s", json_dumps(h, 0));
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(h, 0), "content")), "one");
+	cr_assert_str_eq(json_string_value(json_object_get(json_array_get(h, 1), "content")), "two");
+	json_decref(h);
+	json_t *f = conv_turn_find("ses_a", "t1");
+	cr_assert_not_null(f);
+	cr_assert_str_eq(json_string_value(json_object_get(f, "answer")), ans);
+	cr_assert(json_equal(json_object_get(f, "msgs"), a1));
+	json_decref(f);
+	cr_assert_null(conv_turn_find("ses_b", "t1"), "another session's turn");
+	json_t *cj = conv_json("ses_a");
+	cr_assert_str_eq(json_string_value(json_object_get(cj, "session")), "ses_a");
+	cr_assert_eq(json_integer_value(json_object_get(cj, "turns")), 3);
+	cr_assert_eq(json_array_size(json_object_get(cj, "messages")), 6);
+	json_decref(cj);
+	cj = conv_json("ses_b");
+	cr_assert_eq(json_integer_value(json_object_get(cj, "turns")), 0);
+	cr_assert_eq(json_array_size(json_object_get(cj, "messages")), 0);
+	json_decref(cj);
+
+	cr_assert_eq(conv_record("ses_a", "oa", LLM_MESSAGES, "{}", 2, 200, "x", 1, false, &u, &e),
+		     0, "%s", e.msg);
+	conv_purge("ses_a");
+	h = conv_history("ses_a");
+	cr_assert_eq(json_array_size(h), 0);
+	json_decref(h);
+	cr_assert_null(conv_turn_find("ses_a", "t1"));
+	json_decref(bad);
+	json_decref(n1);
+	json_decref(a1);
+}

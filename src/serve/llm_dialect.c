@@ -374,7 +374,18 @@ static int chat_event(struct llm_stream *s, const char *data, size_t len)
 		rc = -1;
 		goto out;
 	}
-	json_t *c0 = json_array_get(ch, 0);
+	/* with n > 1 the chunks carry other choices too: only the first is
+	 * the conversation's */
+	json_t *c0 = NULL, *c;
+	size_t ci;
+	json_array_foreach(ch, ci, c)
+	{
+		json_t *ix = json_object_get(c, "index");
+		if (!ix || (json_is_integer(ix) && json_integer_value(ix) == 0)) {
+			c0 = c;
+			break;
+		}
+	}
 	json_t *delta = json_object_get(c0, "delta");
 	if (!json_is_object(delta))
 		goto out; /* the usage chunk has no choices */
@@ -391,7 +402,11 @@ static int chat_event(struct llm_stream *s, const char *data, size_t len)
 	json_t *tc;
 	json_array_foreach(tcs, i, tc)
 	{
-		struct slot *sl = slot_at(s, json_object_get(tc, "index"));
+		/* some OpenAI-compatible servers leave index out: the position */
+		json_t *ix = json_object_get(tc, "index");
+		json_t *pos = ix ? NULL : json_integer((json_int_t)i);
+		struct slot *sl = slot_at(s, ix ? ix : pos);
+		json_decref(pos);
 		json_t *fn = json_object_get(tc, "function");
 		if (!sl || (fn && !json_is_object(fn)) ||
 		    (!sl->id.len && grow(s, &sl->id, json_object_get(tc, "id")) < 0) ||
@@ -421,10 +436,12 @@ static int responses_event(struct llm_stream *s, const char *data, size_t len)
 	if (!strcmp(t, "response.completed") || !strcmp(t, "response.incomplete") ||
 	    !strcmp(t, "response.failed"))
 		usage_of(LLM_RESPONSES, json_object_get(r, "usage"), &s->u);
-	if (!strcmp(t, "error") || !strcmp(t, "response.failed") ||
-	    !strcmp(t, "response.incomplete")) {
+	/* response.incomplete is a whole answer cut by the model's own limit
+	 * (max_output_tokens), as chat's finish_reason "length" is */
+	if (!strcmp(t, "error") || !strcmp(t, "response.failed")) {
 		s->errored = true;
-	} else if (!strcmp(t, "response.completed") && !s->errored) {
+	} else if ((!strcmp(t, "response.completed") || !strcmp(t, "response.incomplete")) &&
+		   !s->errored) {
 		json_t *o = json_object_get(r, "output");
 		size_t i;
 		json_t *it;

@@ -837,3 +837,42 @@ Test(conv, turns_history_retry)
 	json_decref(n1);
 	json_decref(a1);
 }
+
+Test(llm_dialect, stream_chat_choices_and_lenient_index)
+{
+	/* n = 2: the second choice's deltas are not the conversation's; a tool
+	 * call without index takes its position */
+	const char *s =
+		"data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\"other\"}}]}\n\n"
+		"data: {\"choices\":[{\"index\":0,\"delta\":{\"content\":\"mine\"}}]}\n\n"
+		"data: {\"choices\":[{\"index\":1,\"delta\":{\"content\":\" x\"}},{\"index\":0,"
+		"\"delta\":{\"tool_calls\":[{\"id\":\"c\",\"function\":{\"name\":\"f\","
+		"\"arguments\":\"{}\"}}]}}]}\n\n"
+		"data: [DONE]\n\n";
+	struct fed f = stream_all(LLM_CHAT, s);
+	cr_assert(f.complete);
+	json_t *want = J("[{\"role\":\"assistant\",\"content\":\"mine\",\"tool_calls\":[{\"id\":"
+			 "\"c\",\"type\":\"function\",\"function\":{\"name\":\"f\",\"arguments\":"
+			 "\"{}\"}}]}]");
+	cr_assert(json_equal(f.msgs, want), "%s", json_dumps(f.msgs, 0));
+	json_decref(want);
+	json_decref(f.msgs);
+}
+
+Test(llm_dialect, stream_responses_incomplete_is_whole)
+{
+	struct fed f = stream_all(
+		LLM_RESPONSES,
+		"data: {\"type\":\"response.incomplete\",\"response\":{\"status\":\"incomplete\","
+		"\"incomplete_details\":{\"reason\":\"max_output_tokens\"},\"output\":[{\"type\":"
+		"\"message\",\"role\":\"assistant\",\"content\":[]}],\"usage\":{\"input_tokens\":2,"
+		"\"output_tokens\":16}}}\n\n");
+	cr_assert(f.complete);
+	cr_assert_eq(f.u.out, 16);
+	cr_assert_eq(json_array_size(f.msgs), 1);
+	json_decref(f.msgs);
+	f = stream_all(LLM_RESPONSES, "data: {\"type\":\"error\",\"code\":\"server_error\"}\n\n"
+				      "data: {\"type\":\"response.completed\",\"response\":{\"output\":"
+				      "[]}}\n\n");
+	cr_assert_not(f.complete, "an error event spoils the answer");
+}

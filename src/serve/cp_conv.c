@@ -48,6 +48,8 @@ struct turn {
 	struct llm_stream *st; /* a streamed turn's parser */
 	bool relaying;         /* the streamed reply has started */
 	bool overflow;         /* the answer outgrew ANSWER_KEEP */
+	bool tail_nl;          /* what was relayed ends with a blank line */
+	char last;             /* its last byte */
 	int status;
 	char ctype[128];
 	char *body;
@@ -145,6 +147,12 @@ static void on_data(void *arg, const char *p, size_t n)
 		evhttp_send_reply_chunk(t->req, b);
 		t->bytes_out += n;
 	}
+	if (n >= 2)
+		t->tail_nl = p[n - 2] == '\n' && p[n - 1] == '\n';
+	else if (n == 1)
+		t->tail_nl = t->last == '\n' && p[0] == '\n';
+	if (n)
+		t->last = p[n - 1];
 	if (b)
 		evbuffer_free(b);
 	/* llm.c stops reading above CORE_BACKLOG_HIGH: look again later */
@@ -189,6 +197,42 @@ static void store(struct turn *t, struct llm_usage *u)
 	json_decref(msgs);
 }
 
+/* A relayed stream broke (the upstream cut, timed out): its end is an
+ * error event in the dialect's shape, which the SDKs raise on, rather
+ * than a stream that just stops. */
+static void stream_error(struct turn *t, const struct core_err *err)
+{
+	const char *code = err->code[0] ? err->code : "upstream_error";
+	json_t *ev;
+	if (t->d == LLM_MESSAGES)
+		ev = json_pack("{s:s,s:{s:s,s:s}}", "type", "error", "error", "type",
+			       err->status == 504 ? "timeout_error" : "api_error", "message", err->msg);
+	else if (t->d == LLM_RESPONSES)
+		ev = json_pack("{s:s,s:s,s:s,s:n}", "type", "error", "code", code, "message", err->msg,
+			       "param");
+	else
+		ev = json_pack("{s:{s:s,s:s,s:s,s:n}}", "error", "message", err->msg, "type", code,
+			       "code", code, "param");
+	char *js = ev ? json_dumps(ev, JSON_COMPACT) : NULL;
+	json_decref(ev);
+	char *out = NULL;
+	/* the event starts on a line of its own whatever the upstream left */
+	int n = js ? asprintf(&out, "%s%sdata: %s\n\n", t->tail_nl ? "" : "\n\n",
+			      t->d == LLM_CHAT ? "" : "event: error\n", js)
+		   : -1;
+	free(js);
+	if (n > 0) {
+		struct evbuffer *b = evbuffer_new();
+		if (b && evbuffer_add(b, out, (size_t)n) == 0) {
+			evhttp_send_reply_chunk(t->req, b);
+			t->bytes_out += (uint64_t)n;
+		}
+		if (b)
+			evbuffer_free(b);
+	}
+	free(out);
+}
+
 static void on_done(void *arg, const struct core_err *err)
 {
 	struct turn *t = arg;
@@ -199,6 +243,7 @@ static void on_done(void *arg, const struct core_err *err)
 		if (t->relaying) {
 			llm_stream_usage(t->st, &u);
 			http_wait_stop(&t->wait);
+			stream_error(t, err);
 			evhttp_send_reply_end(t->req);
 		} else {
 			json_t *msgs = NULL;

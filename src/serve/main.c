@@ -155,13 +155,17 @@ static char *read_token(const char *file)
 }
 
 /* envd's POST /files (the E2B door) carries a whole file: --max-file and
- * its multipart framing; every other route as api.c says. */
-static uint64_t max_upload;
+ * its multipart framing; a one-time upload URL's PUT /files/<ticket> on a
+ * control listener an artifact (--artifact-max: a larger one is refused
+ * before it is read); every other route as api.c says. */
+static uint64_t max_upload, max_artifact;
 
 static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
 {
 	if (m == EVHTTP_REQ_POST && !strncmp(path, "/files", 6) && (!path[6] || path[6] == '?'))
 		return max_upload;
+	if (m == EVHTTP_REQ_PUT && !strncmp(path, "/files/", 7))
+		return max_artifact;
 	return api_body_limit(m, path);
 }
 
@@ -562,6 +566,7 @@ int main(int argc, char **argv)
 	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
+	max_artifact = artifact_max;
 	http_set_body_limit(body_limit);
 	struct mcp_config mcp = {.base = base,
 				 .max_sessions = (unsigned)mcp_sessions, .idle_s = (unsigned)mcp_idle};

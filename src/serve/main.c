@@ -79,6 +79,7 @@ static void usage(FILE *f)
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
+	      "                  [--artifact-max SIZE] [--artifact-url-ttl SECONDS]\n"
 	      "                  [--store-max SIZE] [--layer-max SIZE] [--registry-auth FILE]\n"
 	      "                  [--registry PAT]... [--insecure-registry HOST[:PORT]]...\n"
 	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
@@ -117,6 +118,9 @@ static void usage(FILE *f)
 	      "(loopback ones may always be).\n"
 	      "MCP (Streamable HTTP at /mcp, docs/mcp.md): --mcp-sessions N open sessions at\n"
 	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n"
+	      "Artifacts of sessions (docs/control-plane.md): --artifact-max SIZE is the\n"
+	      "most one artifact may hold (default 64M, at most 256M), --artifact-url-ttl\n"
+	      "SECONDS how long a one-time file URL stays valid (default 300).\n"
 	      "Browsers: a request with an Origin other than loopback or the --listen host\n"
 	      "is refused (403), unless --allow-origin ORIGIN (repeatable, e.g.\n"
 	      "https://console.example) names it; without a token, so is a Host other than\n"
@@ -169,13 +173,17 @@ static char *read_token(const char *file)
 }
 
 /* envd's POST /files (the E2B door) carries a whole file: --max-file and
- * its multipart framing; every other route as api.c says. */
-static uint64_t max_upload;
+ * its multipart framing; a one-time upload URL's PUT /files/<ticket> on a
+ * control listener an artifact (--artifact-max: a larger one is refused
+ * before it is read); every other route as api.c says. */
+static uint64_t max_upload, max_artifact;
 
 static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
 {
 	if (m == EVHTTP_REQ_POST && !strncmp(path, "/files", 6) && (!path[6] || path[6] == '?'))
 		return max_upload;
+	if (m == EVHTTP_REQ_PUT && !strncmp(path, "/files/", 7))
+		return max_artifact;
 	return api_body_limit(m, path);
 }
 
@@ -233,6 +241,8 @@ int main(int argc, char **argv)
 		{"mcp-idle", required_argument, 0, 'I' + 256},
 		{"allow-origin", required_argument, 0, 'O' + 256},
 		{"allow-degraded", no_argument, 0, 'D' + 256},
+		{"artifact-max", required_argument, 0, 'X' + 256},
+		{"artifact-url-ttl", required_argument, 0, 'Y' + 256},
 		{"store-max", required_argument, 0, 'S' + 256},
 		{"layer-max", required_argument, 0, 'L' + 256},
 		{"registry-auth", required_argument, 0, 'R' + 256},
@@ -247,6 +257,7 @@ int main(int argc, char **argv)
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
+	uint64_t artifact_max = (uint64_t)64 << 20, artifact_ttl = 300;
 	bool allow_degraded = false;
 	unsigned degraded = 0;
 	struct gate_policy ceiling;
@@ -309,6 +320,19 @@ int main(int argc, char **argv)
 		case 'I' + 256:
 			if (moat_parse_uint(optarg, 86400 * 30, &mcp_idle, &e) < 0 || !mcp_idle)
 				return fail("--mcp-idle: %s", e.msg[0] ? e.msg : "at least 1", "");
+			break;
+		case 'X' + 256:
+			/* an upload arrives whole through a control listener,
+			 * whose body limit is CP_MAX_BODY */
+			if (moat_parse_size(optarg, &artifact_max, &e) < 0)
+				return fail("--artifact-max: %s", e.msg, "");
+			if (artifact_max > CP_MAX_BODY)
+				return fail("--artifact-max %s: at most 256M (a control listener's "
+					    "body limit)", optarg, "");
+			break;
+		case 'Y' + 256:
+			if (moat_parse_uint(optarg, 86400, &artifact_ttl, &e) < 0)
+				return fail("--artifact-url-ttl: %s (1 to 86400 seconds)", e.msg, "");
 			break;
 		case 'O' + 256: {
 			/* scheme://host[:port], as browsers send it */
@@ -566,7 +590,8 @@ int main(int argc, char **argv)
 	 * before the sandboxes come back, its sessions after */
 	struct session_config scfg = {.base = base, .data_dir = real};
 	struct artifacts_config acfg = {.base = base, .data_dir = real,
-					.max_size = (uint64_t)64 << 20, .url_ttl_s = 300};
+					.max_size = artifact_max,
+					.url_ttl_s = (int64_t)artifact_ttl};
 	if (llm_init(base, llm_routes, llm_nroutes, secrets, &e) < 0 || conv_init(&e) < 0 ||
 	    session_init(&scfg, &e) < 0 || artifacts_init(&acfg, &e) < 0 || cp_init(base, &e) < 0)
 		return fail("%s%s", e.msg, "");
@@ -576,6 +601,7 @@ int main(int argc, char **argv)
 	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
+	max_artifact = artifact_max;
 	http_set_body_limit(body_limit);
 	struct mcp_config mcp = {.base = base,
 				 .max_sessions = (unsigned)mcp_sessions, .idle_s = (unsigned)mcp_idle};

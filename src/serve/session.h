@@ -46,6 +46,9 @@ struct session *session_find(const char *id);
  * token, revoked, ended, or issued to another sandbox. */
 struct session *session_auth(const struct box *b, const char *token);
 const char *session_id(const struct session *s);
+/* What the agent's GET /v1/session answers: {"id", "routes": [{"route",
+ * "family", "models"}], "budget", "usage", "budget_left"} (new ref). */
+json_t *session_info(struct session *s);
 /* Its current sandbox (NULL between sandboxes). */
 struct box *session_box(const struct session *s);
 

@@ -273,6 +273,16 @@ struct session *session_auth(const struct box *b, const char *token)
 	return NULL;
 }
 
+struct session *session_of_box(const struct box *b)
+{
+	const char *bid = b ? box_id(b) : NULL;
+	for (size_t i = 0; bid && i < ses_n; i++)
+		if (live(ses_all[i]) && ses_all[i]->opk != SES_CREATING &&
+		    !strcmp(ses_all[i]->sandbox_id, bid))
+			return ses_all[i];
+	return NULL;
+}
+
 const char *session_id(const struct session *s)
 {
 	return s ? s->id : "";

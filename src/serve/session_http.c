@@ -297,8 +297,9 @@ void session_route(struct evhttp_request *req, char **seg, int n)
 }
 
 /* GET /v1/session on the control listener (cp.c). */
-json_t *session_info(struct session *s)
+json_t *session_json(const struct session *cs)
 {
+	struct session *s = (struct session *)cs; /* a sample may update its usage */
 	json_t *routes = json_array();
 	size_t i;
 	json_t *r;

@@ -11,9 +11,10 @@ sandbox has the host's /usr/bin/python3 and nothing else).
 
 CONFIG: {"out": path, "start_at": unix time or 0 (sleep until then: many
 agents start calling at the same moment), "rounds": R,
- "local_fake": {"node": path, "script": path, "port": N, "key": K} or absent
-   (start that fake inside, here, first; stopped at the end),
- "phases": [{"name", "port", "path", "method"?, "auth": "token" (Bearer
+ "local_fake": {"node": path, "script": path, "unix": path, "key": K} or absent
+   (start that fake here first, on a Unix socket: a sandbox's Landlock
+   refuses TCP bind; stopped at the end),
+ "phases": [{"name", "port" (TCP on 127.0.0.1, or a Unix socket's path), "path", "method"?, "auth": "token" (Bearer
    $MOAT_SESSION_TOKEN) | "Bearer K", "body"? (JSON), "stream"?: bool,
    "n": samples per round, "warm": calls dropped first (round 0 only)}]}
 Per round the phases run in order, reversed every other round. A call is
@@ -37,15 +38,20 @@ FIRST_PIECE = b'"str"'  # tests/cp-sdk/fake_upstream.mjs STREAM_PIECES[0], as a 
 
 class Conn:
     def __init__(self, port):
-        self.port = port
+        self.port = port  # a TCP port on 127.0.0.1, or a Unix socket's path
         self.s = None
         self.connect()
 
     def connect(self):
         if self.s:
             self.s.close()
-        self.s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
-        self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if isinstance(self.port, str):
+            self.s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            self.s.settimeout(60)
+            self.s.connect(self.port)
+        else:
+            self.s = socket.create_connection(("127.0.0.1", self.port), timeout=60)
+            self.s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.buf = b""
 
     def _more(self):
@@ -116,7 +122,7 @@ def wait_port(port, secs=10):
     end = time.monotonic() + secs
     while True:
         try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            Conn(port).s.close()
             return
         except OSError:
             if time.monotonic() > end:
@@ -132,9 +138,9 @@ def main():
     try:
         lf = cfg.get("local_fake")
         if lf:
-            fake = subprocess.Popen([lf["node"], lf["script"], "--port", str(lf["port"]),
+            fake = subprocess.Popen([lf["node"], lf["script"], "--unix", lf["unix"],
                                      "--openai-key", lf["key"]], stdout=subprocess.DEVNULL)
-            wait_port(lf["port"])
+            wait_port(lf["unix"])
         phases = cfg["phases"]
         conns = {ph["name"]: Conn(ph["port"]) for ph in phases}
         reqs = {ph["name"]: prepare(ph, token) for ph in phases}

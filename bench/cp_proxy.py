@@ -18,9 +18,11 @@ that what differs is the path of the request:
                  control listener 127.0.0.1:7878 -> (relayed to the daemon)
                  -> the LLM proxy -> the fake;
   sbx-local      inside the same sandbox: -> a second copy of the fake,
-                 started there (node, in the sandbox's own loopback): the
-                 same client and fake with the sandbox's seccomp filter and
-                 namespaces but no control plane;
+                 started there on a Unix socket (the sandbox's Landlock
+                 refuses a TCP bind, so not loopback TCP): the same client
+                 and fake under the sandbox's seccomp filter and Landlock,
+                 with no control plane (and AF_UNIX, a little cheaper than
+                 TCP loopback);
   sbx-floor      inside: GET /v1/session on the control listener (auth and
                  a JSON answer, no upstream): the listener's own floor.
 
@@ -63,7 +65,7 @@ NODE = shutil.which("node") or "/usr/bin/node"
 KEY = "sk-bench-upstream-key"
 CHAT = {"model": "gpt-fake", "messages": [{"role": "user", "content": "hi"}]}
 CHAT_S = dict(CHAT, stream=True)
-LOCAL_PORT = 9901
+LOCAL_SOCK = "/tmp/fake.sock"  # inside the sandbox: TCP bind is refused there (Landlock)
 
 
 def pct(xs, q):
@@ -188,16 +190,16 @@ class Bench:
             {"name": "host-direct-stream", "port": fp, "path": "/v1/chat/completions",
              "auth": f"Bearer {KEY}", "body": CHAT_S, "stream": True, "n": n, "warm": w}]}
         sbx_cfg = {"out": "/workspace/out.json", "rounds": 1,
-                   "local_fake": {"node": NODE, "script": "/workspace/fake.mjs", "port": LOCAL_PORT,
+                   "local_fake": {"node": NODE, "script": "/workspace/fake.mjs", "unix": LOCAL_SOCK,
                                   "key": "local"},
                    "phases": [
                        {"name": "sbx-proxy", "port": 7878, "path": "/llm/oa/v1/chat/completions",
                         "auth": "token", "body": CHAT, "n": n, "warm": w},
                        {"name": "sbx-proxy-stream", "port": 7878, "path": "/llm/oa/v1/chat/completions",
                         "auth": "token", "body": CHAT_S, "stream": True, "n": n, "warm": w},
-                       {"name": "sbx-local", "port": LOCAL_PORT, "path": "/v1/chat/completions",
+                       {"name": "sbx-local", "port": LOCAL_SOCK, "path": "/v1/chat/completions",
                         "auth": "Bearer local", "body": CHAT, "n": n, "warm": w},
-                       {"name": "sbx-local-stream", "port": LOCAL_PORT, "path": "/v1/chat/completions",
+                       {"name": "sbx-local-stream", "port": LOCAL_SOCK, "path": "/v1/chat/completions",
                         "auth": "Bearer local", "body": CHAT_S, "stream": True, "n": n, "warm": w},
                        {"name": "sbx-floor", "port": 7878, "path": "/v1/session", "method": "GET",
                         "auth": "token", "n": n, "warm": w}]}

@@ -7,9 +7,10 @@
 // Pure node (no npm package), so that it runs from the test files and, as a
 // command, from bench/cp_proxy.py:
 //
-//   node tests/cp-sdk/fake_upstream.mjs [--port N] [--openai-key K] [--anthropic-key K]
+//   node tests/cp-sdk/fake_upstream.mjs [--port N | --unix PATH] [--openai-key K] [--anthropic-key K]
 //
-// prints `PORT <n>` once listening. GET /_fake/log returns the log (and
+// prints `PORT <n>` once listening (--unix: on that Unix socket instead, where
+// TCP cannot listen: inside a sandbox, whose Landlock refuses TCP bind). GET /_fake/log returns the log (and
 // ?clear=1 empties it); POST /_fake/clear empties it.
 //
 // Scripting (deterministic, so that a test can assert the exact answer):
@@ -160,7 +161,7 @@ function messages(req, res, body) {
  * { port, url, log, clear(), close() }; log holds
  * { t, method, path, headers, raw, body } per request, t in ms since the epoch.
  */
-export function startFake({ port = 0, openaiKey = 'sk-fake-openai', anthropicKey = 'sk-ant-fake' } = {}) {
+export function startFake({ port = 0, unix = null, openaiKey = 'sk-fake-openai', anthropicKey = 'sk-ant-fake' } = {}) {
   const log = []
   const server = http.createServer((req, res) => {
     const t = now()
@@ -208,8 +209,9 @@ export function startFake({ port = 0, openaiKey = 'sk-fake-openai', anthropicKey
   server.keepAliveTimeout = 60_000
   return new Promise((resolve, reject) => {
     server.once('error', reject)
-    server.listen(port, '127.0.0.1', () => {
-      const p = server.address().port
+    const where = unix ? [unix] : [port, '127.0.0.1']
+    server.listen(...where, () => {
+      const p = unix ? 0 : server.address().port
       resolve({
         port: p, url: `http://127.0.0.1:${p}`, log,
         clear: () => { log.length = 0 },
@@ -225,7 +227,7 @@ if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
     const i = args.indexOf(n)
     return i >= 0 ? args[i + 1] : d
   }
-  const f = await startFake({ port: Number(opt('--port', '0')), openaiKey: opt('--openai-key', 'sk-fake-openai'),
+  const f = await startFake({ port: Number(opt('--port', '0')), unix: opt('--unix', null), openaiKey: opt('--openai-key', 'sk-fake-openai'),
     anthropicKey: opt('--anthropic-key', 'sk-ant-fake') })
   process.stdout.write(`PORT ${f.port}\n`)
   const stop = () => f.close().then(() => process.exit(0))

@@ -64,6 +64,7 @@ static void usage(FILE *f)
 	      "                  [--allow-host-path DIR]... [--max-sandboxes N]\n"
 	      "                  [--memory SIZE] [--pids N] [--cpus N] [--allow-degraded]\n"
 	      "                  [--max-file SIZE] [--max-archive SIZE] [--pool N] [--pool-users N]\n"
+	      "                  [--pool-sessions N]\n"
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
@@ -83,6 +84,7 @@ static void usage(FILE *f)
 	      "required.\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
 	      "--pool-users N the same for sandboxes with users (the E2B door's; default 0)\n"
+	      "--pool-sessions N the same for sessions' sandboxes (docs/control-plane.md; default 0)\n"
 	      "(default 2; 0 disables).\n"
 	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
 	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
@@ -203,6 +205,7 @@ int main(int argc, char **argv)
 		{"pids", required_argument, 0, 'p'},   {"cpus", required_argument, 0, 'c'},
 		{"pool", required_argument, 0, 'P'},
 		{"pool-users", required_argument, 0, 'Q' + 256},
+		{"pool-sessions", required_argument, 0, 1001},
 		{"net-allow", required_argument, 0, 'N'},
 		{"secrets-file", required_argument, 0, 'S'},
 		{"secret-env", required_argument, 0, 'E'},
@@ -331,6 +334,12 @@ int main(int argc, char **argv)
 				cfg.pool_users = 0;
 			else if (moat_parse_uint(optarg, 1000, &cfg.pool_users, &e) < 0)
 				return fail("--pool-users: %s", e.msg, "");
+			break;
+		case 1001:
+			if (!strcmp(optarg, "0"))
+				cfg.pool_sessions = 0;
+			else if (moat_parse_uint(optarg, 1000, &cfg.pool_sessions, &e) < 0)
+				return fail("--pool-sessions: %s", e.msg, "");
 			break;
 		case 'N':
 			if (gate_policy_add_allow(&ceiling, optarg, &e) < 0)

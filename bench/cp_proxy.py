@@ -132,10 +132,13 @@ class Bench:
 
     # ---- sessions ------------------------------------------------------------
 
-    def session(self, cfg, cmd=None, env=None):
-        """A session whose agent runs cp_client.py with cfg (or cmd); its object."""
-        entries = {"cp_client.py": {"type": "file", "content": self.client_src},
-                   "fake.mjs": {"type": "file", "content": self.fake_src}}
+    def session(self, cfg, cmd=None, env=None, fake=False):
+        """A session whose agent runs cp_client.py with cfg (or cmd); its object.
+        fake: the fake's source goes in too (20 KB more of manifest: the
+        session's spec, re-stored on every model call, grows by as much)."""
+        entries = {"cp_client.py": {"type": "file", "content": self.client_src}}
+        if fake:
+            entries["fake.mjs"] = {"type": "file", "content": self.fake_src}
         if cfg is not None:
             entries["cfg.json"] = {"type": "file", "content": json.dumps(cfg)}
         body = {"manifest": {"root": "/workspace", "entries": entries},
@@ -228,7 +231,7 @@ class Bench:
                 got.update(add(self.read_out(out))["phases"])
 
             def sbx():
-                s = self.session(sbx_cfg)
+                s = self.session(sbx_cfg, fake=True)
                 s = self.wait_exit(s["id"])
                 got.update(add(self.result(s))["phases"])
                 self.end(s["id"])

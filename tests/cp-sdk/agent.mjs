@@ -10,6 +10,8 @@ import Anthropic from '@anthropic-ai/sdk'
 import OpenAI from 'openai'
 
 const out = process.argv[2] || '/workspace/result.json'
+// 'all' (default): every call below; 'budget': two plain chat calls only
+const mode = process.argv[3] || 'all'
 const env = {}
 for (const k of ['MOAT_SESSION_ID', 'MOAT_CONTROL_PLANE_URL', 'MOAT_SESSION_TOKEN', 'OPENAI_BASE_URL',
   'OPENAI_API_KEY', 'ANTHROPIC_BASE_URL', 'ANTHROPIC_API_KEY']) env[k] = process.env[k] ?? null
@@ -39,10 +41,31 @@ try {
   result.construct_anthropic = String(e)
 }
 
+/** An error the call must raise, as the SDK's error class shows it. */
+async function raised(fn) {
+  try {
+    return { thrown: false, value: await fn() }
+  } catch (e) {
+    return { thrown: true, status: e?.status ?? null, name: e?.constructor?.name, message: String(e?.message),
+      rateLimit: e instanceof OpenAI.RateLimitError }
+  }
+}
+
 await call('chat', async () => {
   const r = await openai.chat.completions.create({ model: 'gpt-fake', messages: [{ role: 'user', content: 'hello chat' }] })
   return { text: r.choices[0].message.content, usage: r.usage }
 })
+
+if (mode === 'budget') {
+  await call('chat_over_budget', () => raised(() =>
+    openai.chat.completions.create({ model: 'gpt-fake', messages: [{ role: 'user', content: 'one more' }] })))
+  finish()
+  process.exit(0)
+}
+
+// the upstream's own error, relayed: the SDK raises its typed error
+await call('chat_error', () => raised(() =>
+  openai.chat.completions.create({ model: 'error-429', messages: [{ role: 'user', content: 'hello error' }] })))
 
 await call('chat_stream', async () => {
   const s = await openai.chat.completions.create({ model: 'gpt-fake', stream: true,
@@ -112,5 +135,9 @@ await call('messages_helper', async () => {
   return { text: m.content[0].text, stop: m.stop_reason }
 })
 
-fs.writeFileSync(out + '.tmp', JSON.stringify(result, null, 1))
-fs.renameSync(out + '.tmp', out)
+finish()
+
+function finish() {
+  fs.writeFileSync(out + '.tmp', JSON.stringify(result, null, 1))
+  fs.renameSync(out + '.tmp', out)
+}

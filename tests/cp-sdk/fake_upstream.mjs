@@ -23,6 +23,7 @@
 //               response.output_text.delta events)
 //   messages    `messages answer to: <last user text>` (streamed: the pieces as
 //               content_block_delta text_delta events)
+//   model "error-429" (chat): a 429 rate_limit_exceeded in OpenAI's error shape
 // The key: OpenAI paths want `Authorization: Bearer <openai key>`, Anthropic's
 // `x-api-key: <anthropic key>` (or that key as a Bearer); anything else is a 401 in that dialect's shape.
 import http from 'node:http'
@@ -66,6 +67,9 @@ function json(res, status, obj) {
 
 function chat(req, res, body) {
   const model = body.model || 'fake'
+  if (model === 'error-429') {
+    return json(res, 429, { error: { message: 'fake: rate limited', type: 'rate_limit_error', code: 'rate_limit_exceeded' } })
+  }
   const id = 'chatcmpl-fake'
   const created = Math.floor(Date.now() / 1000)
   const msgs = body.messages || []

@@ -30,8 +30,9 @@ const OA_KEY = 'sk-real-openai-' + crypto.randomBytes(12).toString('hex')
 const AN_KEY = 'sk-ant-real-' + crypto.randomBytes(12).toString('hex')
 const TOKEN_RE = /^moat_st_[0-9a-f]{64}$/
 // every call agent.mjs makes, by the path it reaches upstream
-const CALLS = { chat: 4, responses: 2, messages: 3 } // chat: plain, stream, tool call's two
+const CALLS = { chat: 5, responses: 2, messages: 3 } // chat: plain, error, stream, tool call's two
 const NCALLS = CALLS.chat + CALLS.responses + CALLS.messages
+const NUSAGE = NCALLS - 1 // the error's answer has no usage
 
 let fake
 let d
@@ -54,15 +55,16 @@ async function createSession(body) {
   return r.json()
 }
 
-const AGENT_CMD = ['sh', '-c',
-  'mkdir -p /tmp/sdk && tar -xf /workspace/sdk.tar -C /tmp/sdk && exec node /tmp/sdk/agent.mjs /workspace/result.json']
+const agentCmd = (mode = 'all') => ['sh', '-c',
+  `mkdir -p /tmp/sdk && tar -xf /workspace/sdk.tar -C /tmp/sdk && exec node /tmp/sdk/agent.mjs /workspace/result.json ${mode}`]
 
 /** A session running agent.mjs; waits for its agent to exit; its result file and session. */
-async function runAgent({ routes = ['oa', 'an'], sdkEnv = true } = {}) {
+async function runAgent({ routes = ['oa', 'an'], sdkEnv = true, mode = 'all', budget } = {}) {
   const s = await createSession({
     manifest: { root: '/workspace', entries: { 'sdk.tar': { type: 'local_file', src: tarPath } } },
-    agent: { cmd: AGENT_CMD, sdk_env: sdkEnv },
+    agent: { cmd: agentCmd(mode), sdk_env: sdkEnv },
     llm: { routes },
+    ...(budget ? { budget } : {}),
   })
   assert.match(s.id, /^ses_[a-z0-9]{16}$/)
   const done = await waitFor(async () => {
@@ -134,6 +136,10 @@ describe('the official SDKs inside a session sandbox, configured by sdk_env alon
 
   test('openai chat.completions.create: plain, streamed, and a tool call round trip', () => {
     assert.equal(okCall(run.result, 'chat').text, 'chat answer to: hello chat')
+    // the upstream's 429 came back as it was sent: the SDK's RateLimitError
+    const er = okCall(run.result, 'chat_error')
+    assert.deepEqual([er.thrown, er.status, er.rateLimit], [true, 429, true], JSON.stringify(er))
+    assert.match(er.message, /fake: rate limited/)
     const st = okCall(run.result, 'chat_stream')
     assert.deepEqual(st.deltas, STREAM_PIECES, 'the streamed deltas, one event each')
     assert.equal(st.usage?.completion_tokens, 7)
@@ -189,7 +195,8 @@ describe('the official SDKs inside a session sandbox, configured by sdk_env alon
     }
     // streamed calls went up as streamed calls, the models as asked
     assert.equal(by('messages').filter((r) => r.body.stream).length, 2)
-    assert.ok(by('chat/completions').every((r) => r.body.model === 'gpt-fake'))
+    assert.deepEqual(by('chat/completions').map((r) => r.body.model).sort(),
+      ['error-429', 'gpt-fake', 'gpt-fake', 'gpt-fake', 'gpt-fake'])
   })
 
   test('the session counted every call and its tokens', async () => {
@@ -197,10 +204,21 @@ describe('the official SDKs inside a session sandbox, configured by sdk_env alon
     assert.equal(r.status, 200, String(r.body))
     const { usage } = r.json()
     assert.equal(usage.requests, NCALLS)
-    // each scripted answer reports 11 tokens in, 7 out
-    assert.equal(usage.tokens_in, 11 * NCALLS)
-    assert.equal(usage.tokens_out, 7 * NCALLS)
+    // each scripted answer reports 11 tokens in, 7 out (the error none)
+    assert.equal(usage.tokens_in, 11 * NUSAGE)
+    assert.equal(usage.tokens_out, 7 * NUSAGE)
   })
+})
+
+test('a used-up budget reaches the SDK as its RateLimitError naming the budget, and nothing goes upstream', async () => {
+  fake.clear()
+  const { result, session } = await runAgent({ mode: 'budget', budget: { requests: 1 } })
+  assert.equal(okCall(result, 'chat').text, 'chat answer to: hello chat')
+  const over = okCall(result, 'chat_over_budget')
+  assert.deepEqual([over.thrown, over.status, over.rateLimit], [true, 429, true], JSON.stringify(over))
+  assert.match(over.message, /budget\.requests = 1/)
+  assert.equal(fake.log.length, 1, 'the call over budget reached the upstream')
+  assert.equal(session.budget_exceeded, 'requests')
 })
 
 test('sdk_env sets only the families the session has routes of', async () => {

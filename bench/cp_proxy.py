@@ -240,7 +240,12 @@ class Bench:
                 f()
             med = {k: statistics.median(v["ms"]) for k, v in got.items()}
             per_round.append(med["sbx-proxy"] - med["host-direct"])
-        self.fake.log()  # drop what it kept
+        lg = self.fake.log()
+        # the proxy's requests (libcurl's Host has the port; cp_client.py's not):
+        # how many upstream connections they came on
+        up = [x for x in lg if ":" in x["headers"].get("host", "")]
+        print(f"upstream: {len(up)} proxied calls on {len({x['port'] for x in up})} connections "
+              f"(the host client's: {len(lg) - len(up)} on {len({x['port'] for x in lg if x not in up})})")
         print("overhead per call (plain chat completion; stream: to the end, ttft: to the first delta):")
         for k in sorted(S):
             print(line(k, S[k]))

@@ -163,7 +163,7 @@ function messages(req, res, body) {
 /**
  * Start the fake on 127.0.0.1 (port 0: a free one). Resolves to
  * { port, url, log, clear(), close() }; log holds
- * { t, method, path, headers, raw, body } per request, t in ms since the epoch.
+ * { t, method, path, port, headers, raw, body } per request, t in ms since the epoch.
  */
 export function startFake({ port = 0, unix = null, openaiKey = 'sk-fake-openai', anthropicKey = 'sk-ant-fake' } = {}) {
   const log = []
@@ -189,7 +189,8 @@ export function startFake({ port = 0, unix = null, openaiKey = 'sk-fake-openai',
       try {
         body = raw ? JSON.parse(raw) : {}
       } catch {}
-      log.push({ t, method: req.method, path, headers: req.headers, raw, body })
+      // port: the client's source port, one per connection (is it kept alive?)
+      log.push({ t, method: req.method, path, port: req.socket.remotePort, headers: req.headers, raw, body })
       const anthropic = path.endsWith('/messages')
       // (the Anthropic SDK sends its key as `Authorization: Bearer` since 1.x; the
       // proxy sends x-api-key: either is the key)

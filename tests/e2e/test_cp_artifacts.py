@@ -38,6 +38,15 @@ if op == "post":    # post PATH JSON: with the session token
 elif op == "put":   # put URL FILE
     st, body = call("PUT", sys.argv[2], open(sys.argv[3], "rb").read(),
                     {"Content-Type": "application/octet-stream"})
+elif op == "puthead":   # puthead URL SIZE: the head only, then the answer
+    import http.client, urllib.parse
+    u = urllib.parse.urlsplit(sys.argv[2])
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.putrequest("PUT", u.path)
+    c.putheader("Content-Length", sys.argv[3])
+    c.endheaders()
+    r = c.getresponse()
+    st, body = r.status, r.read()
 elif op == "get":   # get URL OUT
     st, body = call("GET", sys.argv[2])
     if st == 200:
@@ -242,10 +251,11 @@ def test_oversized_refused_nothing_stored(d, s):
     # the URL was used by that attempt
     s.write("ok", b"y" * 100)
     err(s.put(u["url"], "ok"), 404, "already used")
-    # over --artifact-max (the default size_max): refused from its head
-    s.write("huge", b"z" * (ARTIFACT_MAX + 1))
+    # over --artifact-max (the default size_max): refused from its head,
+    # before any of the body is read (none is sent: the answer comes first)
     u = s.url("upload", name="huge.bin")["json"]
-    assert err(s.put(u["url"], "huge"), 413)["code"] == "too_large"
+    r = s.run("puthead", u["url"], str(ARTIFACT_MAX + 1))
+    assert err(r, 413)["code"] == "too_large"
     assert not (s.store() / "huge.bin").exists()
     assert tmp_left(d) == []
     # a size_max over --artifact-max is refused when asked for

@@ -209,7 +209,8 @@ def test_conv_streamed_tool_call_anthropic(cp):
     assert r["status"] == 200, r
     up = cp.fake.requests[-1]["body"]
     assert [m["role"] for m in up["messages"]] == ["user", "assistant", "user"]
-    assert up["system"] == "be terse" or "system" not in up
+    # a turn's parameters are its own: only messages are kept between turns
+    assert "system" not in up and up["max_tokens"] == 100
 
 
 def test_conv_streamed_chat_and_responses(cp):

@@ -182,6 +182,13 @@ def test_conv_turn_stores_and_history_goes_up(cp):
     r = cp.d.get(f"/v1/sessions/{s['id']}/conversation")
     assert r.status == 200, r
     assert r.json()["messages"] == h["messages"]
+    # both calls are accounted with the upstream's own usage fields
+    r = cp.d.get(f"/v1/sessions/{s['id']}/usage")
+    assert r.status == 200, r
+    u = r.json()["usage"]
+    assert u["requests"] == 2, u
+    assert u["tokens_in"] == sum(q["usage"]["in"] for q in cp.fake.requests) == 2 + 7, u
+    assert u["tokens_out"] == sum(q["usage"]["out"] for q in cp.fake.requests) == 4 + 3, u
 
 
 def test_conv_streamed_tool_call_anthropic(cp):

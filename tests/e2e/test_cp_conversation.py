@@ -370,3 +370,43 @@ def test_conv_bad_turns(cp):
     r = cp.call(s["sandbox_id"], "DELETE", f"/v1/conversations/{s['id']}")
     assert r["status"] == 405, r
     assert cp.history(s)["turns"] == 0
+
+
+def test_conv_daemon_killed_mid_stream_stores_nothing(cp):
+    import threading
+    s = cp.session()
+    r = cp.turn(s, {"route": "oa", "model": "m", "messages": [user("kept")]})
+    assert r["status"] == 200, r
+    cp.fake.push({"text": "s1 s2 s3 s4 s5 s6 s7 s8", "delay": 0.5})
+    n = len(cp.fake.requests)
+
+    def streamed():
+        try:
+            cp.turn(s, {"route": "oa", "model": "m", "stream": True, "turn_id": "k9",
+                        "messages": [user("lost")]})
+        except (OSError, AssertionError):
+            pass  # the daemon went away under the exec
+    t = threading.Thread(target=streamed, daemon=True)
+    t.start()
+    assert cp.fake.wait_requests(n + 1, timeout=30), "the streamed turn never went up"
+    cp.d.kill9()
+    t.join(timeout=30)
+    cp.d.start()
+
+    def back():
+        r = cp.d.get(f"/v1/sessions/{s['id']}")
+        return r.status == 200 and r.json().get("state") == "running" and r.json()["sandbox_id"]
+    assert wait_until(back, timeout=30), cp.d.get(f"/v1/sessions/{s['id']}")
+    # a fresh sandbox for the session (the agent's way back after a crash)
+    r = cp.d.post(f"/v1/sessions/{s['id']}/restart")
+    assert r.status == 200, r
+    s2 = r.json()
+    cp.wait_token(s2["sandbox_id"])
+    h = cp.history(s2)
+    assert h["turns"] == 1 and h["messages"][0] == user("kept"), h
+    # the agent asks again: it goes upstream (nothing was stored) and stores once
+    r = cp.turn(s2, {"route": "oa", "model": "m", "turn_id": "k9", "messages": [user("lost")]})
+    assert r["status"] == 200, r
+    assert cp.fake.requests[-1]["body"]["messages"][:2] == [
+        user("kept"), {"role": "assistant", "content": "you said: kept"}]
+    assert cp.history(s2)["turns"] == 2

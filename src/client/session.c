@@ -17,8 +17,9 @@
 #include <string.h>
 
 static const char session_help[] =
-	"usage: moat session create [--image IMG] [--llm-route NAME[:MODEL,...]]...\n"
-	"           [--budget-tokens N] [--budget-requests N] [--budget-wall S]\n"
+	"usage: moat session create [--image IMG] [--manifest FILE]\n"
+	"           [--llm-route NAME[:MODEL,...]]... [--budget-tokens N]\n"
+	"           [--budget-requests N] [--budget-wall S]\n"
 	"           [--budget-cpu S] [--env K=V]... [--cwd DIR] [--sdk-env] [--env-fd]\n"
 	"           [--metadata K=V]... [--net-allow PAT]... [--json] -- CMD...\n"
 	"       moat session ls [--json] [--state STATE]\n"
@@ -116,12 +117,13 @@ static int parse_pos(const char *s, long long max, const char *opt, long long *o
 /* ---- create --------------------------------------------------------------- */
 
 enum {
-	OPT_IMAGE = 256, OPT_ROUTE, OPT_BTOKENS, OPT_BREQ, OPT_BWALL, OPT_BCPU, OPT_ENV,
+	OPT_IMAGE = 256, OPT_MANIFEST, OPT_ROUTE, OPT_BTOKENS, OPT_BREQ, OPT_BWALL, OPT_BCPU, OPT_ENV,
 	OPT_CWD, OPT_SDKENV, OPT_ENVFD, OPT_META, OPT_NET, OPT_JSON,
 };
 
 static const struct option create_opts[] = {
 	{"image", required_argument, NULL, OPT_IMAGE},
+	{"manifest", required_argument, NULL, OPT_MANIFEST},
 	{"llm-route", required_argument, NULL, OPT_ROUTE},
 	{"budget-tokens", required_argument, NULL, OPT_BTOKENS},
 	{"budget-requests", required_argument, NULL, OPT_BREQ},
@@ -146,6 +148,8 @@ static const char create_help[] =
 	"MOAT_CONTROL_PLANE_URL and MOAT_SESSION_TOKEN, nothing secret.\n"
 	"\n"
 	"      --image IMG            \"host\" (default), a root filesystem or a store image\n"
+	"      --manifest FILE        the workspace manifest (JSON; - reads stdin), as\n"
+	"                             moat create's: how the agent's files get in\n"
 	"      --llm-route NAME[:MODEL,...]  a route of moat serve --llm-route the\n"
 	"                             agent may call, and the models it may ask for\n"
 	"                             (none: any); repeatable\n"
@@ -226,6 +230,21 @@ static int create_opt(json_t *body, int opt, const char *arg, struct moat_err *e
 		obj = body, key = "image", name = "--image";
 		val = json_string(arg);
 		break;
+	case OPT_MANIFEST: {
+		json_error_t jerr;
+		val = !strcmp(arg, "-") ? json_loadf(stdin, JSON_REJECT_DUPLICATES, &jerr)
+					: json_load_file(arg, JSON_REJECT_DUPLICATES, &jerr);
+		if (!val)
+			return moat_err_set(e, MOAT_E_USAGE, 0, "--manifest %s: line %d: %s", arg,
+					    jerr.line, jerr.text);
+		if (!json_is_object(val)) {
+			json_decref(val);
+			return moat_err_set(e, MOAT_E_USAGE, 0, "--manifest %s: not a JSON object",
+					    arg);
+		}
+		obj = body, key = "manifest", name = "--manifest";
+		break;
+	}
 	case OPT_ROUTE: {
 		json_t *llm = child(body, "llm", false);
 		json_t *routes = llm ? child(llm, "routes", true) : NULL;

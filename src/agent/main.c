@@ -9,8 +9,12 @@
 #include "../base/utf8.h"
 #include "../proto/frame.h"
 
+#include <moat/jail.h>
+
+#include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -37,25 +41,46 @@ struct agent_conn {
 };
 
 static struct agent_conn conns[MAX_CONNS];
-/* The gateway's listening sockets (fds 4 and 5 when the sandbox has an
- * egress gateway): kept so that a restarted daemon can have them again. */
+/* The listening sockets the host serves (from fd 4: the gateway's two
+ * when the sandbox has an egress gateway, the control plane's when it
+ * has a session), told apart by their ports: kept so that a restarted
+ * daemon can have them again. */
 static int gate_fds[2] = {-1, -1};
+static int control_fd = -1;
 
-static bool is_listener(int fd)
+/* The local port of a listening TCP socket, or -1. */
+static int listener_port(int fd)
 {
 	int v = 0;
 	socklen_t l = sizeof v;
-	return getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) == 0 && v;
+	if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &v, &l) < 0 || !v)
+		return -1;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof sa;
+	if (getsockname(fd, (struct sockaddr *)&sa, &sl) < 0 || sa.sin_family != AF_INET)
+		return -1;
+	return ntohs(sa.sin_port);
 }
 
-/* Answer "netfds" with the two sockets attached (SCM_RIGHTS), in one
+/* Answer "netfds" with the sockets attached (SCM_RIGHTS: the gateway's
+ * two, then the control listener, as the reply's flags say), in one
  * blocking sendmsg on a connection used for nothing else. */
 static void send_netfds(struct agent_conn *c, json_int_t id)
 {
-	bool have = gate_fds[0] >= 0 && gate_fds[1] >= 0;
-	json_t *o = have ? json_pack("{s:I,s:b}", "id", id, "ok", 1)
+	bool gate = gate_fds[0] >= 0 && gate_fds[1] >= 0;
+	bool have = gate || control_fd >= 0;
+	int fds[3];
+	size_t n = 0;
+	if (gate) {
+		fds[n++] = gate_fds[0];
+		fds[n++] = gate_fds[1];
+	}
+	if (control_fd >= 0)
+		fds[n++] = control_fd;
+	json_t *o = have ? json_pack("{s:I,s:b,s:b,s:b}", "id", id, "ok", 1, "gate", gate,
+				     "control", control_fd >= 0)
 			 : json_pack("{s:I,s:{s:s,s:s}}", "id", id, "error", "code", "not_found",
-				     "message", "this sandbox has no gateway sockets");
+				     "message", "this sandbox has no listening sockets");
 	char *js = json_dumps(o, JSON_COMPACT);
 	json_decref(o);
 	if (!js)
@@ -66,8 +91,8 @@ static void send_netfds(struct agent_conn *c, json_int_t id)
 	struct iovec iov[2] = {{.iov_base = h, .iov_len = sizeof h}, {.iov_base = js, .iov_len = jl}};
 	int fl = fcntl(c->fd, F_GETFL);
 	fcntl(c->fd, F_SETFL, fl & ~O_NONBLOCK);
-	ssize_t n = moat_send_fds(c->fd, iov, 2, gate_fds, have ? 2 : 0);
-	(void)n;
+	ssize_t sent = moat_send_fds(c->fd, iov, 2, fds, n);
+	(void)sent;
 	fcntl(c->fd, F_SETFL, fl);
 	free(js);
 }
@@ -394,11 +419,15 @@ int main(void)
 		return 125;
 	for (int i = 0; i < MAX_CONNS; i++)
 		conns[i].fd = -1;
-	for (int i = 0; i < 2; i++)
-		if (is_listener(4 + i)) {
-			gate_fds[i] = 4 + i;
-			fcntl(4 + i, F_SETFD, FD_CLOEXEC);
+	for (int fd = 4; fd < 7; fd++) {
+		int port = listener_port(fd);
+		int *slot = port == 3128 ? &gate_fds[0] : port == 1080 ? &gate_fds[1]
+			  : port == MOAT_CONTROL_PORT ? &control_fd : NULL;
+		if (slot && *slot < 0) {
+			*slot = fd;
+			fcntl(fd, F_SETFD, FD_CLOEXEC);
 		}
+	}
 	/* users mode is the engine's to say, once, before any request */
 	(void)agent_users_on();
 	fs_init();

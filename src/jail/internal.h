@@ -108,6 +108,8 @@ struct jail_ctx {
 	int gate_sp[2];     /* gateway mode: child -> host, the listening sockets */
 	int gate_fds[2];    /* host: received (HTTP proxy, SOCKS5) */
 	int gate_child[2];  /* child: its copies (kept for an agent) */
+	int control_fd;     /* host: the control listener (policy.control) */
+	int control_child;  /* child: its copy (kept for an agent) */
 	int tty_master;     /* host: terminal mode's pty master (pty.c) */
 	int dns_fds[2];     /* host: the resolver's sockets (UDP, TCP 127.0.0.1:53) */
 	int64_t quota[MOAT_QUOTAS];     /* ceilings the child sets (quota.c) */

@@ -198,6 +198,14 @@ int jail_landlock_child(struct jail_ctx *c, struct moat_err *e)
 						    (unsigned long long)ports[i]);
 		}
 	}
+	/* moat serve's sessions: the control plane's listener on loopback */
+	if (c->p->control && abi >= 4) {
+		struct ll_net_port_attr np = {.allowed_access = LL_NET_CONNECT_TCP,
+					      .port = MOAT_CONTROL_PORT};
+		if (syscall(SYS_landlock_add_rule, rs, LL_RULE_NET_PORT, &np, 0) < 0)
+			return moat_err_set(e, MOAT_E_SYSTEM, errno, "landlock rule for port %d",
+					    MOAT_CONTROL_PORT);
+	}
 	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0)
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "PR_SET_NO_NEW_PRIVS");
 	if (syscall(SYS_landlock_restrict_self, rs, 0) < 0)

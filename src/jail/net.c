@@ -35,6 +35,13 @@ int jail_net_prepare(struct jail_ctx *c, struct moat_err *e)
 	c->gate_sp[0] = c->gate_sp[1] = -1;
 	c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->dns_fds[0] = c->dns_fds[1] = -1;
+	c->control_fd = c->control_child = -1;
+	/* the control listener lives in the sandbox's own network: with the
+	 * host's, it would be reachable by anything on the machine */
+	if (c->p->control && c->p->net != MOAT_NET_NONE)
+		return moat_err_set(e, MOAT_E_USAGE, 0,
+				    "a control listener needs the sandbox's own network "
+				    "(not the host's)");
 	if (c->p->net != MOAT_NET_NONE)
 		return 0;
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, c->gate_sp) < 0)
@@ -76,34 +83,51 @@ static int listener_pair(int type0, uint16_t port0, int type1, uint16_t port1, i
 	return 0;
 }
 
-static int send_pair(int sock, char tag, int fds[2], struct moat_err *e)
+static int send_fds(int sock, char tag, int *fds, size_t n, struct moat_err *e)
 {
 	struct iovec iov = {.iov_base = &tag, .iov_len = 1};
-	if (moat_send_fds(sock, &iov, 1, fds, 2) != 1) {
-		close(fds[0]);
-		close(fds[1]);
+	if (moat_send_fds(sock, &iov, 1, fds, n) != 1) {
+		for (size_t i = 0; i < n; i++)
+			close(fds[i]);
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "hand the %s sockets over",
-				    tag == 'g' ? "gateway" : "resolver");
+				    tag == 'g' ? "gateway" : tag == 'c' ? "control" : "resolver");
+	}
+	return 0;
+}
+
+static int send_pair(int sock, char tag, int fds[2], struct moat_err *e)
+{
+	return send_fds(sock, tag, fds, 2, e);
+}
+
+/* n descriptors tagged tag (each one there, or none kept). */
+static int recv_fds(int sock, char tag, int *fds, size_t n, const char *what,
+		    struct moat_err *e)
+{
+	char byte = 0;
+	ssize_t got;
+	for (size_t i = 0; i < n; i++)
+		fds[i] = -1;
+	while ((got = moat_recv_fds(sock, &byte, 1, fds, n)) < 0 && errno == EINTR)
+		;
+	bool all = got == 1 && byte == tag;
+	for (size_t i = 0; i < n; i++)
+		all = all && fds[i] >= 0;
+	if (!all) {
+		int err = got < 0 ? errno : EPROTO;
+		for (size_t i = 0; i < n; i++)
+			if (fds[i] >= 0) {
+				close(fds[i]);
+				fds[i] = -1;
+			}
+		return moat_err_set(e, MOAT_E_SYSTEM, err, "receive the %s sockets", what);
 	}
 	return 0;
 }
 
 static int recv_pair(int sock, int fds[2], const char *what, struct moat_err *e)
 {
-	char byte;
-	ssize_t n;
-	while ((n = moat_recv_fds(sock, &byte, 1, fds, 2)) < 0 && errno == EINTR)
-		;
-	if (n != 1 || fds[0] < 0) {
-		int err = n < 0 ? errno : EPROTO;
-		if (fds[0] >= 0) {
-			close(fds[0]);
-			close(fds[1]);
-		}
-		fds[0] = fds[1] = -1;
-		return moat_err_set(e, MOAT_E_SYSTEM, err, "receive the %s sockets", what);
-	}
-	return 0;
+	return recv_fds(sock, what[0] == 'g' ? 'g' : 'd', fds, 2, what, e);
 }
 
 int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
@@ -135,6 +159,12 @@ int jail_net_child(struct jail_ctx *c, int fds_out[2], struct moat_err *e)
 		fds_out[0] = fds[0];
 		fds_out[1] = fds[1];
 	}
+	if (c->p->control) {
+		int cfd = listener(SOCK_STREAM, MOAT_CONTROL_PORT, e);
+		if (cfd < 0 || send_fds(c->gate_sp[1], 'c', &cfd, 1, e) < 0)
+			return -1;
+		c->control_child = cfd;
+	}
 	/* the resolver's: the host's alone (an agent does not keep them) */
 	int dns[2];
 	if (listener_pair(SOCK_DGRAM, MOAT_DNS_PORT, SOCK_STREAM, MOAT_DNS_PORT, dns, e) < 0 ||
@@ -153,6 +183,8 @@ int jail_net_parent(struct jail_ctx *c, struct moat_err *e)
 	close(c->gate_sp[1]);
 	c->gate_sp[1] = -1;
 	if (c->p->gateway && recv_pair(c->gate_sp[0], c->gate_fds, "gateway", e) < 0)
+		return -1;
+	if (c->p->control && recv_fds(c->gate_sp[0], 'c', &c->control_fd, 1, "control", e) < 0)
 		return -1;
 	if (recv_pair(c->gate_sp[0], c->dns_fds, "resolver", e) < 0)
 		return -1;

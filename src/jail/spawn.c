@@ -96,18 +96,21 @@ static __attribute__((noreturn)) void exec_agent(struct jail_ctx *c)
 	const struct moat_launch *l = c->l;
 	/* the launch's descriptors, then the gateway's listeners (kept by
 	 * the agent so that a restarted daemon can have them again) */
-	int fds[18];
+	int fds[19];
 	size_t nfds = 0;
 	for (size_t i = 0; i < l->agent_nfds && nfds < 16; i++)
 		fds[nfds++] = l->agent_fds[i];
 	for (int i = 0; i < 2; i++)
 		if (c->gate_child[i] >= 0)
 			fds[nfds++] = c->gate_child[i];
+	/* the agent tells them apart by their ports */
+	if (c->control_child >= 0)
+		fds[nfds++] = c->control_child;
 	int top = 3 + (int)nfds + 1;
 	/* Move everything we need above the range we are about to fill. */
 	int exe = fcntl(l->agent_exe, F_DUPFD_CLOEXEC, top + 8);
 	int errfd = fcntl(c->err_wr, F_DUPFD_CLOEXEC, top + 8);
-	int tmp[18];
+	int tmp[19];
 	if (exe < 0 || errfd < 0 || l->agent_nfds > 16) {
 		moat_err_set(&e, MOAT_E_SYSTEM, errno, "agent descriptors");
 		jail_child_fail(c->err_wr, &e);
@@ -224,6 +227,8 @@ static __attribute__((noreturn)) void child_main(struct jail_ctx *c)
 	for (int i = 0; i < 2; i++)
 		if (c->gate_child[i] >= 0)
 			close(c->gate_child[i]);
+	if (c->control_child >= 0)
+		close(c->control_child);
 
 	struct moat_init_args ia = {
 		.argv = c->l->argv,
@@ -249,7 +254,7 @@ static void ctx_free(struct jail_ctx *c)
 	int *fds[] = {&c->sync_rd, &c->sync_wr, &c->err_rd, &c->err_wr,
 		      &c->st_rd, &c->st_wr, &c->ws_fd, &c->gate_sp[0], &c->gate_sp[1],
 		      &c->gate_fds[0], &c->gate_fds[1], &c->tty_master, &c->dns_fds[0],
-		      &c->dns_fds[1], &c->upper_lock};
+		      &c->dns_fds[1], &c->upper_lock, &c->control_fd};
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		if (*fds[i] >= 0) {
 			close(*fds[i]);
@@ -324,6 +329,7 @@ int moat_jail_spawn_start(const struct moat_policy *p, const struct moat_launch 
 	c->st_rd = c->st_wr = -1;
 	c->gate_sp[0] = c->gate_sp[1] = c->gate_fds[0] = c->gate_fds[1] = -1;
 	c->gate_child[0] = c->gate_child[1] = -1;
+	c->control_fd = c->control_child = -1;
 	c->tty_master = -1;
 	c->dns_fds[0] = c->dns_fds[1] = -1;
 	c->users_lock = c->users_range_ns = -1;
@@ -608,7 +614,9 @@ int moat_jail_wait_fd(const struct moat_jail *j)
 
 int moat_jail_control_fd(struct moat_jail *j)
 {
-	return -1; /* STUB (issue 14) */
+	int fd = j->c.control_fd;
+	j->c.control_fd = -1;
+	return fd;
 }
 
 int moat_jail_gate_fds(struct moat_jail *j, int fds[2])

@@ -76,6 +76,7 @@ struct box {
 	bool creating;       /* its row says "creating": the engine has not finished */
 	bool paused;         /* frozen by its freezer (box_pause); its row says "paused" */
 	bool gate_pending;   /* adopted while paused: its gateway is attached on resume */
+	bool control_on;     /* control_ops->listen had its listener (closed is owed) */
 	int64_t idle_used;   /* paused: how much of the idle timeout had run (ms) */
 	struct spawning *sp; /* while being created off the event loop */
 	bool respawning;     /* box_respawn: a failed spawn keeps the box */
@@ -324,7 +325,9 @@ int box_set_end(struct box *b, int64_t end_unix)
 	return 0;
 }
 
-static const struct box_control_ops *control_ops; /* STUB (issue 14): not called yet */
+/* ---- the control plane's listener ------------------------------------------ */
+
+static const struct box_control_ops *control_ops;
 
 void box_set_control_ops(const struct box_control_ops *ops)
 {
@@ -334,6 +337,27 @@ void box_set_control_ops(const struct box_control_ops *ops)
 bool box_control(const struct box *b)
 {
 	return json_is_true(json_object_get(b->spec, "control"));
+}
+
+/* The control plane takes the listener (or it is closed: nobody to serve it). */
+static void control_listen(struct box *b, int fd)
+{
+	if (!control_ops || !control_ops->listen) {
+		close(fd);
+		return;
+	}
+	if (b->control_on && control_ops->closed)
+		control_ops->closed(b);
+	b->control_on = true;
+	control_ops->listen(b, fd);
+}
+
+/* The sandbox stops or goes: its control door stops accepting. */
+static void control_close(struct box *b)
+{
+	if (b->control_on && control_ops && control_ops->closed)
+		control_ops->closed(b);
+	b->control_on = false;
 }
 
 bool box_users(const struct box *b)
@@ -727,6 +751,8 @@ static json_t *spec_json(const struct box_spec *s)
 		json_object_set(o, "repos", s->repos);
 	if (s->on_timeout_pause) /* paused rather than deleted at its end */
 		json_object_set_new(o, "on_timeout", json_string("pause"));
+	if (s->control) /* a session's: its listener again after a respawn */
+		json_object_set_new(o, "control", json_true());
 	return o;
 }
 
@@ -760,6 +786,7 @@ void box_spec_from_json(const json_t *j, struct box_spec *s)
 	s->network = json_object_get(j, "network");
 	s->users = json_is_true(json_object_get(j, "users"));
 	s->repos = json_object_get(j, "repos");
+	s->control = json_is_true(json_object_get(j, "control"));
 }
 
 /* ---- users mode's host id slots ------------------------------------------
@@ -986,9 +1013,12 @@ static int attach_dns(struct box *b, int fds[2], struct moat_err *e)
 }
 
 /* After a restart: the agent keeps the listeners; ask it for them on a
- * connection of our own (the descriptors travel as SCM_RIGHTS). */
-static int fetch_netfds(struct box *b, int fds[2])
+ * connection of our own (the descriptors travel as SCM_RIGHTS): the
+ * gateway's two (gate[]) and the control listener (*control), each -1
+ * when the sandbox has none. -1 when nothing came. */
+static int fetch_netfds(struct box *b, int gate[2], int *control)
 {
+	gate[0] = gate[1] = *control = -1;
 	struct sockaddr_un sa = {.sun_family = AF_UNIX};
 	snprintf(sa.sun_path, sizeof sa.sun_path, "%s/ctl.sock", b->dir);
 	int s = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -1000,14 +1030,67 @@ static int fetch_netfds(struct box *b, int fds[2])
 	unsigned char h[MOAT_FRAME_HDR];
 	moat_frame_hdr(h, sizeof req - 1, 0);
 	char buf[512];
-	int rc = -1;
+	int fds[3] = {-1, -1, -1};
+	ssize_t n = -1;
 	if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
 	    send(s, h, sizeof h, MSG_NOSIGNAL) == sizeof h &&
-	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1) &&
-	    moat_recv_fds(s, buf, sizeof buf, fds, 2) > 0 && fds[0] >= 0)
-		rc = 0;
+	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1))
+		n = moat_recv_fds(s, buf, sizeof buf, fds, 3);
 	close(s);
-	return rc;
+	if (n <= (ssize_t)MOAT_FRAME_HDR || fds[0] < 0) {
+		for (int i = 0; i < 3; i++)
+			if (fds[i] >= 0)
+				close(fds[i]);
+		return -1;
+	}
+	/* which ones came: the reply's flags (an agent older than the control
+	 * listener sends the gateway's two and no flags) */
+	json_t *r = json_loadb(buf + MOAT_FRAME_HDR, (size_t)n - MOAT_FRAME_HDR, 0, NULL);
+	bool has_gate = !json_object_get(r, "gate") || json_is_true(json_object_get(r, "gate"));
+	bool has_control = json_is_true(json_object_get(r, "control"));
+	json_decref(r);
+	int k = 0;
+	if (has_gate && fds[0] >= 0 && fds[1] >= 0) {
+		gate[0] = fds[k++];
+		gate[1] = fds[k++];
+	}
+	if (has_control && k < 3 && fds[k] >= 0)
+		*control = fds[k++];
+	for (; k < 3; k++)
+		if (fds[k] >= 0)
+			close(fds[k]);
+	return gate[0] >= 0 || *control >= 0 ? 0 : -1;
+}
+
+/* After a restart or a thaw: the gateway and the control listener back
+ * from the agent. */
+static void restore_listeners(struct box *b)
+{
+	bool want_gate = json_object_get(b->spec, "network") != NULL;
+	bool want_control = box_control(b);
+	if (!want_gate && !want_control)
+		return;
+	int gate[2], control;
+	struct moat_err e = {0};
+	if (fetch_netfds(b, gate, &control) < 0) {
+		fprintf(stderr, "moat serve: %s: its listeners could not be restored from its agent\n",
+			b->id);
+		return;
+	}
+	if (gate[0] >= 0 && !want_gate) {
+		close(gate[0]);
+		close(gate[1]);
+	} else if (gate[0] >= 0 && attach_gate(b, gate, &e) < 0) {
+		fprintf(stderr, "moat serve: %s: its egress gateway could not be restored: %s\n",
+			b->id, e.msg);
+	}
+	if (control >= 0 && want_control)
+		control_listen(b, control);
+	else if (control >= 0)
+		close(control);
+	else if (want_control)
+		fprintf(stderr, "moat serve: %s: its control listener could not be restored\n",
+			b->id);
 }
 
 static int save(struct box *b, struct moat_err *e)
@@ -1251,6 +1334,7 @@ static int spawn_into(struct box *b, const struct box_spec *spec, struct moat_er
 			p->memory += spec->disk;
 	}
 	network_policy(spec->network, p);
+	p->control = spec->control;
 	/* a freezer cgroup for pause, when this daemon can make one (said
 	 * at its start; else pause answers pause_unavailable) */
 	p->freezer = cfg.freezer;
@@ -1331,6 +1415,7 @@ static int spawn_end(struct box *b, struct moat_err *e)
 	bool gated = sp->p.gateway && moat_jail_gate_fds(j, gfds) == 0;
 	int dfds[2] = {-1, -1};
 	bool dns = moat_jail_dns_fds(j, dfds) == 0;
+	int cfd = sp->p.control ? moat_jail_control_fd(j) : -1;
 	moat_strv_free(&b->cgroups); /* the record's copy; detach hands them over */
 	b->pid = moat_jail_detach(j, &b->cgroups);
 	sp->detached = true;
@@ -1345,6 +1430,8 @@ static int spawn_end(struct box *b, struct moat_err *e)
 			close(dfds[0]);
 			close(dfds[1]);
 		}
+		if (cfd >= 0)
+			close(cfd);
 		return moat_err_set(e, MOAT_E_SYSTEM, errno, "attach to the sandbox's agent");
 	}
 	if (dns && attach_dns(b, dfds, e) < 0) {
@@ -1352,13 +1439,21 @@ static int spawn_end(struct box *b, struct moat_err *e)
 			close(gfds[0]);
 			close(gfds[1]);
 		}
+		if (cfd >= 0)
+			close(cfd);
 		return -1;
 	}
 	if (sp->p.gateway && (!gated || attach_gate(b, gfds, e) < 0)) {
 		if (!gated)
 			moat_err_set(e, MOAT_E_SYSTEM, 0, "the sandbox has no gateway sockets");
+		if (cfd >= 0)
+			close(cfd);
 		return -1;
 	}
+	if (sp->p.control && cfd < 0)
+		return moat_err_set(e, MOAT_E_SYSTEM, 0, "the sandbox has no control listener");
+	if (cfd >= 0)
+		control_listen(b, cfd);
 	b->creating = false;
 	if (save(b, e) < 0)
 		return -1;
@@ -1454,7 +1549,7 @@ static bool poolable(const struct box_spec *s)
 		if (quota_of(s, i) != cfg.quotas[i])
 			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
-	       !s->fs_from &&
+	       !s->fs_from && !s->control &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 
@@ -1613,6 +1708,7 @@ static void destroy(struct box *b, bool defer_free)
 	if (b->deleted)
 		return;
 	b->deleted = true;
+	control_close(b);
 	reg_del(b);
 	drop_conn(b);
 	if ((b->running || b->pid > 0) && (b->paused || moat_cgroup_frozen(&b->cgroups))) {
@@ -1650,6 +1746,7 @@ static void destroy(struct box *b, bool defer_free)
 
 void box_stop(struct box *b)
 {
+	control_close(b);
 	drop_conn(b);
 	if (b->pidev) {
 		event_free(b->pidev);
@@ -1954,14 +2051,11 @@ static void restore_one(void *arg, const struct store_row *r)
 		reconcile_freezer(b, paused);
 		if (connect_agent(b) < 0)
 			mark_stopped(b);
-		struct moat_err e = {0};
-		int fds[2];
-		if (b->running && b->paused && json_object_get(spec, "network"))
+		if (b->running && b->paused &&
+		    (json_object_get(spec, "network") || box_control(b)))
 			b->gate_pending = true; /* its agent answers once thawed */
-		else if (b->running && json_object_get(spec, "network") &&
-		    (fetch_netfds(b, fds) < 0 || attach_gate(b, fds, &e) < 0))
-			fprintf(stderr, "moat serve: %s: its egress gateway could not be restored%s%s\n",
-				b->id, e.msg[0] ? ": " : "", e.msg);
+		else if (b->running)
+			restore_listeners(b);
 		if (pooled) {
 			/* a pool of the previous daemon may run an older agent:
 			 * start afresh (handed-out sandboxes keep theirs) */
@@ -2145,12 +2239,8 @@ int box_resume(struct box *b, struct moat_err *e)
 	json_decref(old);
 	b->last_active = now_ms() - b->idle_used;
 	if (b->gate_pending) {
-		int fds[2];
-		struct moat_err ge = {0};
 		b->gate_pending = false;
-		if (fetch_netfds(b, fds) < 0 || attach_gate(b, fds, &ge) < 0)
-			fprintf(stderr, "moat serve: %s: its egress gateway could not be restored%s%s\n",
-				b->id, ge.msg[0] ? ": " : "", ge.msg);
+		restore_listeners(b);
 	}
 	return 0;
 }

@@ -118,6 +118,7 @@ struct core_op {
 	struct box *spawning;     /* the sandbox being set up */
 	struct moat_buf entries;  /* the manifest, unpacked once it runs */
 	bool users;
+	bool control;             /* a session's sandbox: the control listener */
 	char *door;
 	json_t *door_data;
 	struct event *defer;      /* a create answered at once: the answer waits for
@@ -1183,6 +1184,7 @@ static int create_finish(struct core_op *op, struct box_spec *s, json_t *env, js
 {
 	s->env = env;
 	s->users = op->users;
+	s->control = op->control;
 	s->door = op->door;
 	s->door_data = op->door_data;
 	if (entries->len && !(op->entries.p = malloc(entries->len))) {
@@ -1600,6 +1602,7 @@ struct core_op *core_create(json_t *body, const struct core_create_opts *o, core
 		goto out;
 	op->ccb = cb;
 	op->users = users;
+	op->control = o && o->control;
 	if (o && o->door) {
 		op->door = strdup(o->door);
 		op->door_data = o->door_data ? json_deep_copy(o->door_data) : json_object();

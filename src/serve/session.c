@@ -13,6 +13,8 @@ void session_route(struct evhttp_request *req, char **seg, int n)
 struct session *session_find(const char *id) { return NULL; }
 struct session *session_auth(const struct box *b, const char *token) { return NULL; }
 const char *session_id(const struct session *s) { return ""; }
+struct session *session_of_box(const struct box *b) { return NULL; }
+json_t *session_json(const struct session *s) { return NULL; }
 struct box *session_box(const struct session *s) { return NULL; }
 int session_llm_check(struct session *s, const char *route, const char *model,
 		      struct core_err *e)

@@ -46,6 +46,12 @@ struct session *session_find(const char *id);
  * token, revoked, ended, or issued to another sandbox. */
 struct session *session_auth(const struct box *b, const char *token);
 const char *session_id(const struct session *s);
+/* The live session whose current sandbox is b, token or not (for the
+ * one-time file URLs, whose ticket is their authority); NULL if none. */
+struct session *session_of_box(const struct box *b);
+/* What GET {CONTROL_PLANE_URL}/v1/session shows the agent (new ref):
+ * {"id","routes":[{"route","family","models"}],"budget","usage","budget_left"}. */
+json_t *session_json(const struct session *s);
 /* Its current sandbox (NULL between sandboxes). */
 struct box *session_box(const struct session *s);
 

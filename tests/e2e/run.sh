@@ -27,7 +27,7 @@ user=moate2e
 # permissions), a copy of the binary, pytest's scratch space.
 make_tmp moat-e2e-run
 mkdir "$tmp/tests" "$tmp/bin"
-cp "$here"/conftest.py "$here"/test_*.py "$tmp/tests/"
+cp "$here"/*.py "$tmp/tests/"
 # the OCI fixture (registry, images built offline): tests add tests/oci to sys.path
 mkdir "$tmp/tests/oci" && cp "$here/../oci/fixture.py" "$tmp/tests/oci/"
 # the API document and the router, for the test that keeps them in step

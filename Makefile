@@ -277,6 +277,9 @@ FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 # the MCP door's JSON-RPC codec, Origin check and tool argument checks
 FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c src/serve/browser.c $(FUZZ_BASE)
 FUZZ_LIBS_mcp      := -ljansson
+# the LLM proxy's dialects: requests, answers and SSE streams
+FUZZ_SRC_llm       := src/serve/llm_dialect.c src/serve/jfield.c $(FUZZ_BASE)
+FUZZ_LIBS_llm      := -ljansson
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
 FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c src/serve/browser.c \

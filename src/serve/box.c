@@ -1549,25 +1549,40 @@ static bool poolable(const struct box_spec *s)
 		if (quota_of(s, i) != cfg.quotas[i])
 			return false;
 	return !s->memory && !s->pids && !s->cpu_milli && !s->disk && !s->network && !s->seed &&
-	       !s->fs_from && !s->control &&
+	       !s->fs_from && !(s->control && s->users) &&
 	       (!s->image || !strcmp(s->image, "host"));
 }
 
-/* The pool holds two kinds: plain sandboxes (--pool) and sandboxes with
- * users (--pool-users, the E2B door's). */
-static size_t pooled_of(bool users, bool with_spawns)
+/* The pool holds three kinds: plain sandboxes (--pool), sandboxes with
+ * users (--pool-users, the E2B door's) and sessions' sandboxes, with a
+ * control listener (--pool-sessions). */
+enum pool_kind { POOL_PLAIN, POOL_USERS, POOL_SESSIONS, POOL_KINDS };
+
+static enum pool_kind kind_of(const struct box *b)
+{
+	return box_control(b) ? POOL_SESSIONS : box_users(b) ? POOL_USERS : POOL_PLAIN;
+}
+
+static enum pool_kind kind_of_spec(const struct box_spec *s)
+{
+	return s->control ? POOL_SESSIONS : s->users ? POOL_USERS : POOL_PLAIN;
+}
+
+static size_t pooled_of(enum pool_kind k, bool with_spawns)
 {
 	size_t n = 0;
 	for (size_t i = 0; i < npool; i++)
-		n += box_users(pool[i]) == users;
+		n += kind_of(pool[i]) == k;
 	for (struct box *b = with_spawns ? spawns : NULL; b; b = b->sp->next)
-		n += b->pooled && box_users(b) == users;
+		n += b->pooled && kind_of(b) == k;
 	return n;
 }
 
-static bool pool_short(bool users)
+static bool pool_short(enum pool_kind k)
 {
-	return pooled_of(users, true) < (users ? cfg.pool_users : cfg.pool);
+	uint64_t want = k == POOL_USERS ? cfg.pool_users
+		      : k == POOL_SESSIONS ? cfg.pool_sessions : cfg.pool;
+	return pooled_of(k, true) < want;
 }
 
 static void schedule_refill(void)
@@ -1575,7 +1590,8 @@ static void schedule_refill(void)
 	/* not at once: the client's first exec usually follows its create,
 	 * and building a sandbox holds the loop for milliseconds */
 	struct timeval tv = {0, 50 * 1000};
-	if (refill && (pool_short(false) || pool_short(true)))
+	if (refill && (pool_short(POOL_PLAIN) || pool_short(POOL_USERS) ||
+		       pool_short(POOL_SESSIONS)))
 		event_add(refill, &tv);
 }
 
@@ -1598,7 +1614,7 @@ static int pool_take(struct box_spec *spec, struct box **out, struct moat_err *e
 	}
 	while (npool && poolable(spec)) {
 		size_t k = npool;
-		while (k > 0 && box_users(pool[k - 1]) != spec->users)
+		while (k > 0 && kind_of(pool[k - 1]) != kind_of_spec(spec))
 			k--;
 		if (!k)
 			break;
@@ -1672,10 +1688,17 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 	struct box_spec def = {.idle_timeout_s = 1200};
 	def.env = json_object();
 	def.metadata = json_object();
-	/* the kind that is shorter first; the other at the next refill */
-	def.users = !pool_short(false);
+	/* the kinds in turn, one sandbox at a refill (the next one follows) */
+	static unsigned turn;
+	enum pool_kind k = POOL_KINDS;
+	for (unsigned i = 0; i < POOL_KINDS && k == POOL_KINDS; i++)
+		if (pool_short((enum pool_kind)((turn + i) % POOL_KINDS)))
+			k = (enum pool_kind)((turn + i) % POOL_KINDS);
+	turn++;
+	def.users = k == POOL_USERS;
+	def.control = k == POOL_SESSIONS;
 	/* one at a time, set up beside the requests (on_spawned goes on) */
-	if (pool_short(def.users)) {
+	if (k != POOL_KINDS) {
 		struct moat_err e = {0};
 		struct box *b = spawn_start(&def, true, &e);
 		if (b && spawn_watch(b, NULL, NULL, &e) < 0) {
@@ -1687,6 +1710,9 @@ static void on_refill(evutil_socket_t fd, short what, void *arg)
 			 * it once, and creates report it as they come */
 			fprintf(stderr, "moat serve: pool of sandboxes with users: off: %s\n", e.msg);
 			cfg.pool_users = 0;
+		} else if (!b && def.control) {
+			fprintf(stderr, "moat serve: pool of sessions' sandboxes: off: %s\n", e.msg);
+			cfg.pool_sessions = 0;
 		} else if (!b) {
 			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
 		}

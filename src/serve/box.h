@@ -29,6 +29,7 @@ struct box_config {
 	uint64_t max_sandboxes;
 	uint64_t pool;               /* pre-started sandboxes to keep ready */
 	uint64_t pool_users;         /* the same with users (core_create_opts.users) */
+	uint64_t pool_sessions;      /* the same with a control listener (sessions) */
 	struct gate *gate;           /* the egress gateway of every sandbox */
 	const struct gate_policy *net_ceiling; /* --net-allow: what any sandbox may reach at most */
 	json_t *secrets;             /* the secret store: NAME -> value */

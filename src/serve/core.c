@@ -64,7 +64,8 @@ int core_status_of(const char *code)
 		 {"method_not_allowed", 405}, {"conflict", 409},  {"already_exists", 409},
 		 {"paused", 409},          {"pause_unavailable", 422},
 		 {"too_large", 413},       {"unsupported_media_type", 415},
-		 {"patch_failed", 422},    {"limit_unavailable", 422}, {"limit_reached", 429}, {"unavailable", 503},
+		 {"patch_failed", 422},    {"limit_unavailable", 422}, {"limit_reached", 429},
+		 {"budget_exceeded", 429}, {"unavailable", 503},
 		 {"timeout", 504}};
 	for (size_t i = 0; code && i < sizeof t / sizeof t[0]; i++)
 		if (!strcmp(code, t[i].c))

@@ -25,7 +25,8 @@ ssize_t moat_send_fds(int sock, const struct iovec *iov, size_t niov, const int 
 	return sendmsg(sock, &mh, MSG_NOSIGNAL);
 }
 
-ssize_t moat_recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds)
+/* exact: only exactly nfds descriptors are taken; else 1 to nfds are. */
+static ssize_t recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds, int exact)
 {
 	char cbuf[CMSG_SPACE(MOAT_FDPASS_MAX * sizeof(int))] = {0};
 	struct iovec iov = {.iov_base = buf, .iov_len = len};
@@ -42,12 +43,22 @@ ssize_t moat_recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds)
 		size_t got = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 		int in[MOAT_FDPASS_MAX];
 		memcpy(in, CMSG_DATA(cm), (got < MOAT_FDPASS_MAX ? got : MOAT_FDPASS_MAX) * sizeof(int));
-		if (nfds && got == nfds && fds[0] < 0) {
-			memcpy(fds, in, nfds * sizeof(int));
+		if (nfds && got && (exact ? got == nfds : got <= nfds) && fds[0] < 0) {
+			memcpy(fds, in, got * sizeof(int));
 			continue;
 		}
 		for (size_t i = 0; i < got && i < MOAT_FDPASS_MAX; i++)
 			close(in[i]);
 	}
 	return n;
+}
+
+ssize_t moat_recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds)
+{
+	return recv_fds(sock, buf, len, fds, nfds, 1);
+}
+
+ssize_t moat_recv_fds_upto(int sock, void *buf, size_t len, int *fds, size_t nfds)
+{
+	return recv_fds(sock, buf, len, fds, nfds, 0);
 }

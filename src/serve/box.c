@@ -1035,7 +1035,8 @@ static int fetch_netfds(struct box *b, int gate[2], int *control)
 	if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
 	    send(s, h, sizeof h, MSG_NOSIGNAL) == sizeof h &&
 	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1))
-		n = moat_recv_fds(s, buf, sizeof buf, fds, 3);
+		/* gateway's two, the control listener, or all three */
+		n = moat_recv_fds_upto(s, buf, sizeof buf, fds, 3);
 	close(s);
 	if (n <= (ssize_t)MOAT_FRAME_HDR || fds[0] < 0) {
 		for (int i = 0; i < 3; i++)

@@ -95,7 +95,24 @@ def no_secret_inside(d, sb):
     return out
 
 
-def test_agent_survives_a_daemon_kill_and_a_restart_mid_stream(env):
+def agent_logs(d):
+    """What the agents of every sandbox said, and the daemon's logs."""
+    out = []
+    for p in sorted(Path(d.data).glob("sandboxes/*/fs/workspace/agent.log")):
+        out.append(f"--- {p}:\n{p.read_text(errors='replace')[-3000:]}")
+    for n in range(1, d.nstart + 1):
+        out.append(f"--- serve-{n}.log:\n{d.log(n)[-3000:]}")
+    return "\n".join(out)
+
+
+@pytest.fixture
+def logs_on_failure(env):
+    """(pytest shows a test's output only when it fails)"""
+    yield
+    print(agent_logs(env[0]))
+
+
+def test_agent_survives_a_daemon_kill_and_a_restart_mid_stream(env, logs_on_failure):
     d, fake = env
     run_cmd = "echo forty-two = $((6*7)) > calc.txt; cat calc.txt"
     fake.push(
@@ -116,7 +133,9 @@ def test_agent_survives_a_daemon_kill_and_a_restart_mid_stream(env):
     r = d.post("/v1/sessions", {
         "manifest": {"root": "/workspace",
                      "entries": {"agent.py": {"type": "file", "content": agent_source()}}},
-        "agent": {"cmd": ["python3", "/workspace/agent.py"], "cwd": "/workspace",
+        # (its stderr in a file of the workspace: shown when the test fails)
+        "agent": {"cmd": ["sh", "-c", "exec python3 /workspace/agent.py 2>>/workspace/agent.log"],
+                  "cwd": "/workspace",
                   "env": {"AGENT_TASK": "compute six times seven into result.txt",
                           "AGENT_MODEL": "fake-1"}},
         "llm": {"routes": [{"route": "oa", "models": ["fake-1"]}]},

@@ -207,3 +207,28 @@ def test_agent_survives_a_daemon_kill_and_a_restart_mid_stream(env, logs_on_fail
     # nowhere inside the new sandbox either (it is kept after the agent exits)
     no_secret_inside(d, sb2)
     assert SECRET not in json.dumps(conv)
+
+
+def test_agent_reads_its_variables_from_stdin_with_env_fd(env, logs_on_failure):
+    """agent.env_fd: the three variables come on the agent's stdin; the
+    agent (MOAT_SESSION_FD) reads them there and does its work, while no
+    process inside has the token in its environment."""
+    d, fake = env
+    fake.push({"text": "read from fd"})
+    r = d.post("/v1/sessions", {
+        "manifest": {"root": "/workspace",
+                     "entries": {"agent.py": {"type": "file", "content": agent_source()}}},
+        "agent": {"cmd": ["sh", "-c", "env > /workspace/env.txt; "
+                          "exec python3 /workspace/agent.py 2>>/workspace/agent.log"],
+                  "env_fd": True, "env": {"AGENT_TASK": "hi"}},
+        "llm": {"routes": ["oa"]},
+    })
+    assert r.status == 201, r
+    sid, sb = r.json()["id"], r.json()["sandbox_id"]
+    assert wait_until(lambda: session(d, sid)["state"] != "running", timeout=60), session(d, sid)
+    ses = session(d, sid)
+    assert ses["state"] == "exited" and ses["agent"]["exit_code"] == 0, ses
+    env_txt = (d.ws(sb) / "env.txt").read_text()
+    assert "MOAT_SESSION_FD=0" in env_txt and "MOAT_SESSION_TOKEN" not in env_txt, env_txt
+    assert "moat_st_" not in no_secret_inside(d, sb)
+    assert d.get(f"/v1/sessions/{sid}/artifacts/result.txt").body == b"read from fd"

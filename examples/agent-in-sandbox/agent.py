@@ -316,7 +316,8 @@ def upload(cp, name, data):
     """Through a one-time URL: ask for it (token), PUT the bytes (the URL
     is the authority). A URL is single use, so a retry asks for a new one."""
     def once():
-        t = cp.json("POST", "/v1/files/upload-url", {"name": name, "size_max": len(data)})
+        t = cp.json("POST", "/v1/files/upload-url",
+                    {"name": name, "size_max": max(1, len(data))})
         u = urlsplit(t["url"])
         conn, resp = cp.open("PUT", u.path, data, auth=False, host=u.hostname, port=u.port,
                              headers={"Content-Type": "application/octet-stream"})

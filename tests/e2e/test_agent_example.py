@@ -232,3 +232,28 @@ def test_agent_reads_its_variables_from_stdin_with_env_fd(env, logs_on_failure):
     assert "MOAT_SESSION_FD=0" in env_txt and "MOAT_SESSION_TOKEN" not in env_txt, env_txt
     assert "moat_st_" not in no_secret_inside(d, sb)
     assert d.get(f"/v1/sessions/{sid}/artifacts/result.txt").body == b"read from fd"
+
+
+def test_agent_stops_with_status_3_when_the_budget_is_used_up(env, logs_on_failure):
+    """A budget of one model call: the agent's second turn is refused 429
+    budget_exceeded (no upstream call), the agent exits 3 saying so, and the
+    session records which budget ran out."""
+    d, fake = env
+    fake.push({"tool_call": {"name": "run", "arguments": {"cmd": "true"}}})
+    r = d.post("/v1/sessions", {
+        "manifest": {"root": "/workspace",
+                     "entries": {"agent.py": {"type": "file", "content": agent_source()}}},
+        "agent": {"cmd": ["sh", "-c", "exec python3 /workspace/agent.py 2>>/workspace/agent.log"],
+                  "env": {"AGENT_TASK": "loop"}},
+        "llm": {"routes": ["oa"]}, "budget": {"requests": 1},
+    })
+    assert r.status == 201, r
+    sid, sb = r.json()["id"], r.json()["sandbox_id"]
+    assert wait_until(lambda: session(d, sid)["state"] != "running", timeout=60), session(d, sid)
+    ses = session(d, sid)
+    assert ses["agent"]["exit_code"] == 3, ses
+    assert ses["budget_exceeded"] == "requests", ses
+    assert len(fake.requests) == 1
+    log = (d.ws(sb) / "agent.log").read_text()
+    assert "budget_exceeded" in log and "budget.requests" in log, log
+    assert d.get(f"/v1/sessions/{sid}/conversation").json()["turns"] == 1

@@ -222,7 +222,7 @@ static int create_opt(json_t *body, int opt, const char *arg, struct moat_err *e
 {
 	json_t *agent = child(body, "agent", false), *obj = NULL, *val = NULL;
 	const char *key = NULL, *name = NULL;
-	long long v;
+	long long v = 0;
 	if (!agent)
 		return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "create");
 	switch (opt) {

@@ -36,7 +36,7 @@ CLIENT_LIBS := -lcurl -larchive -lcrypto
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run stop check unit install uninstall install-check man completion e2e e2e-release pyclient e2b jsclient mcp examples bench clean
+.PHONY: all deps run stop check unit install uninstall install-check man completion e2e e2e-release pyclient e2b jsclient mcp cpsdk examples bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -199,6 +199,14 @@ mcp: $(addprefix $(BUILD)/san/,$(BINS))
 	$(call npm_ci,tests/mcp)
 	NODE_PASSES=root sh tests/node/run.sh tests/mcp $(BUILD)/san/moat
 
+# The control plane (issue 14) driven by the official openai and
+# @anthropic-ai/sdk npm clients, unchanged, inside a session's sandbox
+# (tests/cp-sdk, pinned by its package-lock.json), against the LLM proxy and
+# a fake upstream: as root, then as the unprivileged user.
+cpsdk: $(addprefix $(BUILD)/san/,$(BINS))
+	$(call npm_ci,tests/cp-sdk)
+	sh tests/node/run.sh tests/cp-sdk $(BUILD)/san/moat
+
 check: deps
 	$(MAKE) unit
 	$(MAKE) install-check
@@ -210,6 +218,7 @@ check: deps
 	$(MAKE) jsclient
 	$(MAKE) examples
 	$(MAKE) mcp
+	$(MAKE) cpsdk
 
 # The same suites against the binaries that ship (optimised, moat a static
 # PIE): how they are linked is part of what must work.

@@ -25,7 +25,6 @@
 
 #include <event2/http.h>
 #include <event2/keyvalq_struct.h>
-#include <event2/util.h>
 
 struct cpb {
 	struct box *b;
@@ -165,10 +164,9 @@ static void on_listen(struct box *b, int fd)
 						 EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
 						 EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(http, on_request, c);
-	/* evconnlistener accepts until EAGAIN: a blocking listener (as it
-	 * comes from the sandbox) would hang the whole loop in accept4 */
-	if (evutil_make_socket_nonblocking(fd) < 0 ||
-	    !evhttp_accept_socket_with_handle(http, fd)) {
+	/* evconnlistener accepts until EAGAIN: a blocking fd would stall the
+	 * daemon's loop in accept() after the first connection */
+	if (evutil_make_socket_nonblocking(fd) < 0 || !evhttp_accept_socket_with_handle(http, fd)) {
 		fprintf(stderr, "moat serve: %s: cannot serve its control listener: %s\n", box_id(b),
 			strerror(errno));
 		evhttp_free(http);

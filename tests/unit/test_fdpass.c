@@ -34,7 +34,7 @@ static bool is_open(int fd)
 	return fd >= 0 && fcntl(fd, F_GETFD) >= 0;
 }
 
-Test(fdpass, upto_takes_fewer_than_asked)
+Test(fdpass, some_takes_fewer_than_asked)
 {
 	int sp[2];
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);
@@ -53,7 +53,7 @@ Test(fdpass, upto_takes_fewer_than_asked)
 	close(sp[1]);
 }
 
-Test(fdpass, upto_takes_all_asked_and_refuses_more)
+Test(fdpass, some_takes_all_asked_and_refuses_more)
 {
 	int sp[2];
 	cr_assert_eq(socketpair(AF_UNIX, SOCK_STREAM, 0, sp), 0);

@@ -49,6 +49,7 @@ static void usage(FILE *f)
 	      "  create | ls | exec | attach | cp | patch | rm | ps | kill   API client (moat <cmd> --help)\n"
 	      "  pause | resume | snapshot | fork | restore   freeze, save, copy a sandbox\n"
 	      "  image pull|import|ls|inspect|rm    the image store of moat serve\n"
+	      "  session create|ls|show|rm|restart|usage|...   agents in a sandbox (control plane)\n"
 	      "  mcp                                 MCP over stdio, for MCP hosts (docs/mcp.md)\n"
 	      "  version                             print the version\n"
 	      "\n"
@@ -73,7 +74,7 @@ int main(int argc, char **argv)
 	static const char *const client[] = {"create", "ls", "exec", "attach", "cp",
 					     "patch", "rm", "ps", "kill", "mcp", "pause",
 					     "resume", "image", "snapshot", "fork", "restore",
-					     NULL};
+					     "session", NULL};
 	for (size_t i = 0; client[i]; i++)
 		if (strcmp(cmd, client[i]) == 0)
 			return exec_sibling("moat-client", argv);

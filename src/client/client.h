@@ -26,6 +26,7 @@ int moat_client_image(int argc, char **argv);
 int moat_client_snapshot(int argc, char **argv);
 int moat_client_fork(int argc, char **argv);
 int moat_client_restore(int argc, char **argv);
+int moat_client_session(int argc, char **argv);
 
 static inline void client_json_decrefp(json_t **j)
 {

@@ -25,6 +25,7 @@ static const struct {
 	{"snapshot", moat_client_snapshot, "snapshot a sandbox's filesystem; list, remove them"},
 	{"fork", moat_client_fork, "new sandboxes whose files are copies of one's now"},
 	{"restore", moat_client_restore, "put a sandbox's files back as a snapshot had them"},
+	{"session", moat_client_session, "agents that live in a sandbox (the control plane)"},
 	{"mcp", moat_client_mcp, "serve MCP over stdio (a relay to moat serve's /mcp)"},
 };
 

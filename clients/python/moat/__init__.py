@@ -11,12 +11,14 @@ from .backend import (ExecuteResponse, FileDownloadResponse,
                       FileUploadResponse)
 from .client import (DEFAULT_URL, Client, ExecResult, FileInfo, Files, Process,
                      ProcessOutput, Sandbox, StreamEvent)
-from .errors import (Conflict, Forbidden, InsufficientStorage, InternalError,
+from .errors import (BudgetExceeded, Conflict, Forbidden, InsufficientStorage, InternalError,
                      InvalidImage, InvalidPath, InvalidRequest, IsDirectory,
                      LimitReached, MethodNotAllowed, MoatConnectionError,
                      MoatError, NotFound, PatchFailed, Paused, PauseUnavailable,
                      RegistryError, TooLarge, Unauthorized,
-                     UnsupportedMediaType)
+                     Unsupported, UnsupportedMediaType, UpstreamError,
+                     UpstreamTimeout)
+from .sessions import Artifact, Session, Sessions
 from .store import Image, Images, Progress, Snapshot, Snapshots
 
 __version__ = "0.1.0"
@@ -31,4 +33,6 @@ __all__ = [
     "LimitReached", "InternalError", "InvalidImage", "PauseUnavailable",
     "Paused", "RegistryError", "InsufficientStorage",
     "Image", "Images", "Progress", "Snapshot", "Snapshots",
+    "BudgetExceeded", "UpstreamError", "UpstreamTimeout", "Unsupported",
+    "Artifact", "Session", "Sessions",
 ]

@@ -9,7 +9,7 @@ import os
 import socket
 import time
 from dataclasses import dataclass, field
-from typing import (Any, BinaryIO, Dict, Iterator, List, Mapping, NamedTuple,
+from typing import (TYPE_CHECKING, Any, BinaryIO, Dict, Iterator, List, Mapping, NamedTuple,
                     Optional, Sequence, Tuple, Union)
 from urllib.parse import quote, urlsplit
 
@@ -18,6 +18,9 @@ from .backend import ExecuteResponse, FileDownloadResponse, FileUploadResponse
 from .errors import (Conflict, MoatConnectionError, MoatError, NotFound,
                      error_from_response)
 from .store import Image, Images, Snapshot, Snapshots, image_ref, snapshot_ref
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .sessions import Sessions
 
 __all__ = [
     "Client",
@@ -209,6 +212,13 @@ class Client:
     def snapshots(self) -> Snapshots:
         """The daemon's snapshots (list, get, delete)."""
         return Snapshots(self)
+
+    @property
+    def sessions(self) -> "Sessions":
+        """The daemon's control-plane sessions (create, list, get, delete,
+        restart, usage, conversation, artifacts, artifact)."""
+        from .sessions import Sessions
+        return Sessions(self)
 
     def health(self) -> Dict[str, Any]:
         """``GET /healthz`` (no auth needed)."""

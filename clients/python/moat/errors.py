@@ -32,6 +32,10 @@ __all__ = [
     "Paused",
     "RegistryError",
     "InsufficientStorage",
+    "BudgetExceeded",
+    "UpstreamError",
+    "UpstreamTimeout",
+    "Unsupported",
     "error_from_response",
 ]
 
@@ -143,6 +147,23 @@ class InsufficientStorage(MoatError):
     is full; nothing was stored."""
 
 
+class BudgetExceeded(LimitReached):
+    """429 budget_exceeded: a session's budget (tokens, requests, wall_s or
+    cpu_s; the message names it) is used up; no more model calls."""
+
+
+class UpstreamError(MoatError):
+    """502 upstream_error: the LLM upstream of a route could not be reached."""
+
+
+class UpstreamTimeout(MoatError):
+    """504 timeout: the LLM upstream did not answer in its route's time."""
+
+
+class Unsupported(MoatError):
+    """422 unsupported: a feature this daemon leaves out (a session's mcp)."""
+
+
 _BY_CODE: Dict[str, Type[MoatError]] = {
     "invalid_request": InvalidRequest,
     "invalid_path": InvalidPath,
@@ -162,6 +183,10 @@ _BY_CODE: Dict[str, Type[MoatError]] = {
     "paused": Paused,
     "registry_error": RegistryError,
     "insufficient_storage": InsufficientStorage,
+    "budget_exceeded": BudgetExceeded,
+    "upstream_error": UpstreamError,
+    "timeout": UpstreamTimeout,
+    "unsupported": Unsupported,
 }
 
 # Used when the body carries no (known) code.
@@ -178,6 +203,7 @@ _BY_STATUS: Dict[int, Type[MoatError]] = {
     429: LimitReached,
     500: InternalError,
     502: RegistryError,
+    504: UpstreamTimeout,
     507: InsufficientStorage,
 }
 

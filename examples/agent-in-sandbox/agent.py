@@ -96,6 +96,14 @@ def session_vars():
                 k, sep, v = line.rstrip("\n").partition("=")
                 if sep and k in names:
                     got[k] = v
+        # defence in depth: other processes of this user in the sandbox (the
+        # tools it runs) could read the token from /proc/<pid>/mem; a
+        # non-dumpable process is root's to inspect, not theirs
+        try:
+            import ctypes
+            ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE, 0
+        except (OSError, AttributeError):
+            pass
     missing = [n for n in names if not got.get(n)]
     if missing:
         raise Fatal(2, "missing %s (run me with `moat session create`)" % ", ".join(missing))

@@ -227,3 +227,23 @@ def test_kill9_token_still_works(d):
     d.start()
     st, j = cp_json(d, a["id"], "GET", "/v1/session", token=tok, timeout=5)
     assert st == 200 and j["id"] == a["id"], (st, j)
+
+
+def test_sdk_env():
+    d = CPDaemon(routes={"an": "http://127.0.0.1:9,family=anthropic",
+                         "oa": "http://127.0.0.1:9,family=openai",
+                         "ob": "http://127.0.0.1:9,family=openai"})
+    try:
+        s = make_session(d, agent={"cmd": AGENT_CMD, "sdk_env": True},
+                         llm={"routes": ["an", "oa", "ob"]})
+        env = agent_env(d, s["id"])
+        tok = env["MOAT_SESSION_TOKEN"]
+        assert env["OPENAI_BASE_URL"] == "http://127.0.0.1:7878/llm/oa/v1"
+        assert env["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:7878/llm/an"
+        assert env["OPENAI_API_KEY"] == tok == env["ANTHROPIC_API_KEY"]
+        # only the families it has routes of
+        s2 = make_session(d, agent={"cmd": AGENT_CMD, "sdk_env": True}, llm={"routes": ["oa"]})
+        env2 = agent_env(d, s2["id"])
+        assert "OPENAI_BASE_URL" in env2 and "ANTHROPIC_BASE_URL" not in env2
+    finally:
+        d.stop()

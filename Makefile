@@ -36,7 +36,7 @@ CLIENT_LIBS := -lcurl -larchive -lcrypto
 HDRS    := $(wildcard include/moat/*.h src/*/*.h) $(BUILD)/gen/seccomp_bpf.h
 BINS    := moat moat-serve moat-client moat-agent moat-gate
 
-.PHONY: all deps run stop check unit install uninstall install-check man completion e2e e2e-release pyclient e2b jsclient mcp examples bench clean
+.PHONY: all deps run stop check unit install uninstall install-check man completion e2e e2e-release pyclient e2b jsclient mcp cpsdk examples bench clean
 
 all: $(addprefix $(BUILD)/,$(BINS))
 
@@ -199,6 +199,14 @@ mcp: $(addprefix $(BUILD)/san/,$(BINS))
 	$(call npm_ci,tests/mcp)
 	NODE_PASSES=root sh tests/node/run.sh tests/mcp $(BUILD)/san/moat
 
+# The control plane (issue 14) driven by the official openai and
+# @anthropic-ai/sdk npm clients, unchanged, inside a session's sandbox
+# (tests/cp-sdk, pinned by its package-lock.json), against the LLM proxy and
+# a fake upstream: as root, then as the unprivileged user.
+cpsdk: $(addprefix $(BUILD)/san/,$(BINS))
+	$(call npm_ci,tests/cp-sdk)
+	sh tests/node/run.sh tests/cp-sdk $(BUILD)/san/moat
+
 check: deps
 	$(MAKE) unit
 	$(MAKE) install-check
@@ -210,6 +218,7 @@ check: deps
 	$(MAKE) jsclient
 	$(MAKE) examples
 	$(MAKE) mcp
+	$(MAKE) cpsdk
 
 # The same suites against the binaries that ship (optimised, moat a static
 # PIE): how they are linked is part of what must work.
@@ -277,6 +286,9 @@ FUZZ_SRC_multipart := src/serve/multipart.c $(FUZZ_BASE)
 # the MCP door's JSON-RPC codec, Origin check and tool argument checks
 FUZZ_SRC_mcp       := src/serve/mcp_msg.c src/serve/mcp_schema.c src/serve/browser.c $(FUZZ_BASE)
 FUZZ_LIBS_mcp      := -ljansson
+# the LLM proxy's dialects: requests, answers and SSE streams
+FUZZ_SRC_llm       := src/serve/llm_dialect.c src/serve/jfield.c $(FUZZ_BASE)
+FUZZ_LIBS_llm      := -ljansson
 # the E2B envd door (e2b_envd*.c) with the real Connect codec, multipart
 # and http.c behind a stand-in operation core (tests/fuzz/fuzz_envd.c)
 FUZZ_SRC_envd      := $(E2B_ENVD_SRC) src/serve/http.c src/serve/browser.c \

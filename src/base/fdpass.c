@@ -25,6 +25,37 @@ ssize_t moat_send_fds(int sock, const struct iovec *iov, size_t niov, const int 
 	return sendmsg(sock, &mh, MSG_NOSIGNAL);
 }
 
+ssize_t moat_recv_some_fds(int sock, void *buf, size_t len, int *fds, size_t nfds,
+			   size_t *got_out)
+{
+	char cbuf[CMSG_SPACE(MOAT_FDPASS_MAX * sizeof(int))] = {0};
+	struct iovec iov = {.iov_base = buf, .iov_len = len};
+	struct msghdr mh = {.msg_iov = &iov, .msg_iovlen = 1, .msg_control = cbuf,
+			    .msg_controllen = sizeof cbuf};
+	*got_out = 0;
+	for (size_t i = 0; i < nfds; i++)
+		fds[i] = -1;
+	ssize_t n = recvmsg(sock, &mh, MSG_CMSG_CLOEXEC);
+	if (n < 0)
+		return n;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&mh); cm; cm = CMSG_NXTHDR(&mh, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t got = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		int in[MOAT_FDPASS_MAX];
+		size_t keep = got < MOAT_FDPASS_MAX ? got : MOAT_FDPASS_MAX;
+		memcpy(in, CMSG_DATA(cm), keep * sizeof(int));
+		if (got <= nfds && *got_out == 0) {
+			memcpy(fds, in, got * sizeof(int));
+			*got_out = got;
+			continue;
+		}
+		for (size_t i = 0; i < keep; i++)
+			close(in[i]);
+	}
+	return n;
+}
+
 ssize_t moat_recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds)
 {
 	char cbuf[CMSG_SPACE(MOAT_FDPASS_MAX * sizeof(int))] = {0};

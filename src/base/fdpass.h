@@ -18,5 +18,10 @@ ssize_t moat_send_fds(int sock, const struct iovec *iov, size_t niov, const int 
  * when exactly nfds descriptors came along (close-on-exec); otherwise they
  * are -1 and whatever came is closed. Returns what recvmsg returns. */
 ssize_t moat_recv_fds(int sock, void *buf, size_t len, int *fds, size_t nfds);
+/* The same for a message with any number of descriptors up to nfds: the
+ * ones that came are fds[0..*got), the rest -1 (more than nfds: all of
+ * them closed, *got 0). */
+ssize_t moat_recv_some_fds(int sock, void *buf, size_t len, int *fds, size_t nfds,
+			   size_t *got);
 
 #endif

@@ -1031,11 +1031,12 @@ static int fetch_netfds(struct box *b, int gate[2], int *control)
 	moat_frame_hdr(h, sizeof req - 1, 0);
 	char buf[512];
 	int fds[3] = {-1, -1, -1};
+	size_t nfds = 0;
 	ssize_t n = -1;
 	if (connect(s, (struct sockaddr *)&sa, sizeof sa) == 0 &&
 	    send(s, h, sizeof h, MSG_NOSIGNAL) == sizeof h &&
 	    send(s, req, sizeof req - 1, MSG_NOSIGNAL) == (ssize_t)(sizeof req - 1))
-		n = moat_recv_fds(s, buf, sizeof buf, fds, 3);
+		n = moat_recv_some_fds(s, buf, sizeof buf, fds, 3, &nfds);
 	close(s);
 	if (n <= (ssize_t)MOAT_FRAME_HDR || fds[0] < 0) {
 		for (int i = 0; i < 3; i++)
@@ -1050,11 +1051,11 @@ static int fetch_netfds(struct box *b, int gate[2], int *control)
 	bool has_control = json_is_true(json_object_get(r, "control"));
 	json_decref(r);
 	int k = 0;
-	if (has_gate && fds[0] >= 0 && fds[1] >= 0) {
+	if (has_gate && nfds >= 2) {
 		gate[0] = fds[k++];
 		gate[1] = fds[k++];
 	}
-	if (has_control && k < 3 && fds[k] >= 0)
+	if (has_control && (size_t)k < nfds)
 		*control = fds[k++];
 	for (; k < 3; k++)
 		if (fds[k] >= 0)
@@ -1492,7 +1493,7 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
 	struct spawning *sp = b->sp;
 	box_create_cb cb = sp->cb;
 	void *cbarg = sp->cbarg;
-	bool pooled = b->pooled, users = box_users(b);
+	bool pooled = b->pooled, users = box_users(b), control = box_control(b);
 	spawning_unlink(b);
 	event_free(sp->ev);
 	sp->ev = NULL;
@@ -1502,6 +1503,9 @@ static void on_spawned(evutil_socket_t fd, short what, void *arg)
 		if (pooled && users) {
 			fprintf(stderr, "moat serve: pool of sandboxes with users: off: %s\n", e.msg);
 			cfg.pool_users = 0;
+		} else if (pooled && control) {
+			fprintf(stderr, "moat serve: pool of sessions' sandboxes: off: %s\n", e.msg);
+			cfg.pool_sessions = 0;
 		} else if (pooled) {
 			fprintf(stderr, "moat serve: pool: %s\n", e.msg);
 		}
@@ -2337,8 +2341,8 @@ int box_init(struct event_base *base, const struct box_config *c, struct moat_er
 	if (sfd < 0)
 		return moat_err_prefix(e, "%s", c->data_dir);
 	close(sfd);
-	if (c->pool || c->pool_users) {
-		pool = calloc(c->pool + c->pool_users, sizeof *pool);
+	if (c->pool || c->pool_users || c->pool_sessions) {
+		pool = calloc(c->pool + c->pool_users + c->pool_sessions, sizeof *pool);
 		refill = event_new(base, -1, 0, on_refill, NULL);
 		if (!pool || !refill)
 			return moat_err_set(e, MOAT_E_SYSTEM, ENOMEM, "pool");

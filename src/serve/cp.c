@@ -169,7 +169,9 @@ static void on_listen(struct box *b, int fd)
 						 EVHTTP_REQ_DELETE | EVHTTP_REQ_HEAD |
 						 EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
 	evhttp_set_gencb(http, on_request, c);
-	if (!evhttp_accept_socket_with_handle(http, fd)) {
+	/* evconnlistener accepts until EAGAIN: a blocking fd would stall the
+	 * daemon's loop in accept() after the first connection */
+	if (evutil_make_socket_nonblocking(fd) < 0 || !evhttp_accept_socket_with_handle(http, fd)) {
 		fprintf(stderr, "moat serve: %s: cannot serve its control listener: %s\n", box_id(b),
 			strerror(errno));
 		evhttp_free(http);

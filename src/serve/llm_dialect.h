@@ -54,7 +54,8 @@ void llm_stream_free(struct llm_stream *s);
  * still relays them; it just cannot store the turn). */
 int llm_stream_feed(struct llm_stream *s, const char *p, size_t n);
 /* The dialect's last event was seen ("data: [DONE]", message_stop,
- * response.completed): the answer is whole. */
+ * response.completed or .incomplete) and no error event: the answer is
+ * whole. */
 bool llm_stream_complete(const struct llm_stream *s);
 void llm_stream_usage(const struct llm_stream *s, struct llm_usage *u);
 /* The assistant's message(s) assembled from the deltas (text and tool

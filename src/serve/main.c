@@ -58,6 +58,17 @@ static int fail(const char *fmt, const char *a, const char *b)
 	return 125;
 }
 
+/* The --llm-route array of main (issue 14). */
+struct llm_routes {
+	struct llm_route v[32];
+	size_t n;
+};
+static void llm_routes_free(struct llm_routes *r)
+{
+	for (size_t i = 0; i < r->n; i++)
+		llm_route_free(&r->v[i]);
+}
+
 static void usage(FILE *f)
 {
 	fputs("usage: moat serve [--listen HOST:PORT] [--data DIR] [--token-file FILE]\n"
@@ -68,9 +79,11 @@ static void usage(FILE *f)
 	      "                  [--net-allow PAT]... [--secrets-file FILE] [--secret-env NAME]...\n"
 	      "                  [--upstream-ca FILE] [--quota NAME=N]...\n"
 	      "                  [--template NAME=ROOTFS_DIR]...\n"
+	      "                  [--artifact-max SIZE] [--artifact-url-ttl SECONDS]\n"
 	      "                  [--store-max SIZE] [--layer-max SIZE] [--registry-auth FILE]\n"
 	      "                  [--registry PAT]... [--insecure-registry HOST[:PORT]]...\n"
 	      "                  [--mcp-sessions N] [--mcp-idle SECONDS] [--allow-origin ORIGIN]...\n"
+	      "                  [--llm-route NAME=URL[,family=F][,key=SECRET][,timeout=S]]...\n"
 	      "\n"
 	      "Serves the HTTP API of docs/API.md (default 127.0.0.1:7070). State lives in\n"
 	      "DIR (default: $STATE_DIRECTORY under systemd, /var/lib/moat for root, else\n"
@@ -105,10 +118,17 @@ static void usage(FILE *f)
 	      "(loopback ones may always be).\n"
 	      "MCP (Streamable HTTP at /mcp, docs/mcp.md): --mcp-sessions N open sessions at\n"
 	      "most (default 256), --mcp-idle SECONDS ends an unused one (default 3600).\n"
+	      "Artifacts of sessions (docs/control-plane.md): --artifact-max SIZE is the\n"
+	      "most one artifact may hold (default 64M, at most 256M), --artifact-url-ttl\n"
+	      "SECONDS how long a one-time file URL stays valid (default 300).\n"
 	      "Browsers: a request with an Origin other than loopback or the --listen host\n"
 	      "is refused (403), unless --allow-origin ORIGIN (repeatable, e.g.\n"
 	      "https://console.example) names it; without a token, so is a Host other than\n"
-	      "those (DNS rebinding).\n", f);
+	      "those (DNS rebinding).\n"
+	      "Control plane (docs/control-plane.md): --llm-route NAME=URL (repeatable, at\n"
+	      "most 32) is an upstream model API the sessions' agents may call through the\n"
+	      "proxy (http or https; family=openai|anthropic, default from the host;\n"
+	      "key=SECRET names its key in the secret store; timeout=SECONDS bounds a call).\n", f);
 }
 
 static bool loopback(const char *listen)
@@ -153,13 +173,17 @@ static char *read_token(const char *file)
 }
 
 /* envd's POST /files (the E2B door) carries a whole file: --max-file and
- * its multipart framing; every other route as api.c says. */
-static uint64_t max_upload;
+ * its multipart framing; a one-time upload URL's PUT /files/<ticket> on a
+ * control listener an artifact (--artifact-max: a larger one is refused
+ * before it is read); every other route as api.c says. */
+static uint64_t max_upload, max_artifact;
 
 static uint64_t body_limit(enum evhttp_cmd_type m, const char *path)
 {
 	if (m == EVHTTP_REQ_POST && !strncmp(path, "/files", 6) && (!path[6] || path[6] == '?'))
 		return max_upload;
+	if (m == EVHTTP_REQ_PUT && !strncmp(path, "/files/", 7))
+		return max_artifact;
 	return api_body_limit(m, path);
 }
 
@@ -217,11 +241,14 @@ int main(int argc, char **argv)
 		{"mcp-idle", required_argument, 0, 'I' + 256},
 		{"allow-origin", required_argument, 0, 'O' + 256},
 		{"allow-degraded", no_argument, 0, 'D' + 256},
+		{"artifact-max", required_argument, 0, 'X' + 256},
+		{"artifact-url-ttl", required_argument, 0, 'Y' + 256},
 		{"store-max", required_argument, 0, 'S' + 256},
 		{"layer-max", required_argument, 0, 'L' + 256},
 		{"registry-auth", required_argument, 0, 'R' + 256},
 		{"registry", required_argument, 0, 'G' + 256},
 		{"insecure-registry", required_argument, 0, 'K' + 256},
+		{"llm-route", required_argument, 0, 'W' + 256},
 		{"help", no_argument, 0, 'h'},         {0, 0, 0, 0}};
 	const char *listen = "127.0.0.1:7070", *data = NULL, *token_file = NULL;
 	struct moat_strv host = {0}, net_allow = {0}, templates = {0}, origins = {0};
@@ -230,13 +257,16 @@ int main(int argc, char **argv)
 	struct box_config cfg = {.max_sandboxes = 10000, .pool = 2, .pool_users = 0};
 	struct api_config api = {.max_file = 256u << 20, .max_archive = 1u << 30};
 	uint64_t mcp_sessions = MCP_MAX_SESSIONS, mcp_idle = MCP_IDLE_S;
+	uint64_t artifact_max = (uint64_t)64 << 20, artifact_ttl = 300;
 	bool allow_degraded = false;
 	unsigned degraded = 0;
 	struct gate_policy ceiling;
 	gate_policy_init(&ceiling);
 	bool have_ceiling = false;
 	json_auto_t *secrets = json_object(); /* freed on every return */
-	struct llm_route llm_routes[32]; /* --llm-route (issue 14) */
+	/* --llm-route (issue 14): llm_init copies them; freed on every return */
+	__attribute__((cleanup(llm_routes_free))) struct llm_routes llm_rt = {0};
+	struct llm_route *llm_routes = llm_rt.v;
 	size_t llm_nroutes = 0;
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
@@ -271,6 +301,13 @@ int main(int argc, char **argv)
 					    "(globs: *.example.com, host:*)", optarg, "");
 			moat_strv_add(&registries, optarg);
 			break;
+		case 'W' + 256:
+			if (llm_nroutes == sizeof llm_rt.v / sizeof *llm_rt.v)
+				return fail("--llm-route %s: at most %s routes", optarg, "32");
+			if (llm_route_parse(optarg, &llm_routes[llm_nroutes], &e) < 0)
+				return fail("%s%s", e.msg, "");
+			llm_rt.n = ++llm_nroutes;
+			break;
 		case 'K' + 256:
 			if (!*optarg || strpbrk(optarg, "/@ "))
 				return fail("--insecure-registry %s: expected HOST[:PORT]", optarg, "");
@@ -283,6 +320,19 @@ int main(int argc, char **argv)
 		case 'I' + 256:
 			if (moat_parse_uint(optarg, 86400 * 30, &mcp_idle, &e) < 0 || !mcp_idle)
 				return fail("--mcp-idle: %s", e.msg[0] ? e.msg : "at least 1", "");
+			break;
+		case 'X' + 256:
+			/* an upload arrives whole through a control listener,
+			 * whose body limit is CP_MAX_BODY */
+			if (moat_parse_size(optarg, &artifact_max, &e) < 0)
+				return fail("--artifact-max: %s", e.msg, "");
+			if (artifact_max > CP_MAX_BODY)
+				return fail("--artifact-max %s: at most 256M (a control listener's "
+					    "body limit)", optarg, "");
+			break;
+		case 'Y' + 256:
+			if (moat_parse_uint(optarg, 86400, &artifact_ttl, &e) < 0)
+				return fail("--artifact-url-ttl: %s (1 to 86400 seconds)", e.msg, "");
 			break;
 		case 'O' + 256: {
 			/* scheme://host[:port], as browsers send it */
@@ -540,7 +590,8 @@ int main(int argc, char **argv)
 	 * before the sandboxes come back, its sessions after */
 	struct session_config scfg = {.base = base, .data_dir = real};
 	struct artifacts_config acfg = {.base = base, .data_dir = real,
-					.max_size = (uint64_t)64 << 20, .url_ttl_s = 300};
+					.max_size = artifact_max,
+					.url_ttl_s = (int64_t)artifact_ttl};
 	if (llm_init(base, llm_routes, llm_nroutes, secrets, &e) < 0 || conv_init(&e) < 0 ||
 	    session_init(&scfg, &e) < 0 || artifacts_init(&acfg, &e) < 0 || cp_init(base, &e) < 0)
 		return fail("%s%s", e.msg, "");
@@ -550,6 +601,7 @@ int main(int argc, char **argv)
 	snap_io_sweep(); /* images of snapshot imports a killed daemon left */
 	images_gc();   /* blobs and layers of pulls a killed daemon left */
 	max_upload = api.max_file + (64u << 10);
+	max_artifact = artifact_max;
 	http_set_body_limit(body_limit);
 	struct mcp_config mcp = {.base = base,
 				 .max_sessions = (unsigned)mcp_sessions, .idle_s = (unsigned)mcp_idle};

@@ -83,7 +83,8 @@ def test_a_plain_sandbox_has_no_listener(d):
     b = d.create()
     code, body = probe(d, b["id"], "")
     assert code == "oserror", (code, body)
-    assert "refused" in body.lower(), body
+    # Landlock refuses the connect (EACCES) where it can, else no one listens
+    assert "refused" in body.lower() or "permission denied" in body.lower(), body
     d.rm(b["id"])
 
 
@@ -140,7 +141,7 @@ def test_pause_and_hibernation_keep_the_channel(d):
     sid = s["sandbox_id"]
     r = d.post(f"/v1/sandboxes/{sid}/pause")
     if r.status == 422:
-        pytest.skip(f"no freezer here: {r.text()}")
+        pytest.skip(f"no freezer here: {r.text}")
     assert r.status in (200, 204), r
     assert d.post(f"/v1/sandboxes/{sid}/resume").status in (200, 204)
     assert probe(d, sid)[0] == "200"

@@ -155,11 +155,6 @@ static void on_listen(struct box *b, int fd)
 	}
 	c->b = b;
 	c->http = http;
-	/* libevent accepts until EAGAIN: a blocking listener would stop the
-	 * daemon's loop in accept() after the first connection */
-	if (evutil_make_socket_nonblocking(fd) < 0)
-		fprintf(stderr, "moat serve: %s: control listener: cannot make it non-blocking\n",
-			box_id(b));
 	evhttp_set_max_body_size(http, (ev_ssize_t)CP_MAX_BODY);
 	evhttp_set_max_headers_size(http, GUARD_MAX_HEAD);
 	evhttp_set_bevcb(http, guard_bevcb, NULL);

@@ -34,7 +34,10 @@ int artifacts_name_check(const char *name, struct core_err *e);
 
 /* Sandbox side (cp.c): POST /v1/files/upload-url {name, size_max?},
  * POST /v1/files/download-url {name} -> {"url","expires_at","size_max"};
- * PUT or GET /files/<ticket> (the URL itself). */
+ * PUT or GET /files/<ticket> (the URL itself). s: the authenticated
+ * session for /v1/files/...; for /files/<ticket> the session of the
+ * listener's sandbox (session_of_box, no token; NULL: 404), which must be
+ * the ticket's (else 404, the ticket not consumed). */
 void artifacts_cp_route(struct evhttp_request *req, struct session *s, const char *path);
 /* Host side (session.c's router): GET /v1/sessions/{id}/artifacts and
  * GET|DELETE /v1/sessions/{id}/artifacts/{name}; seg/n as session_route's. */

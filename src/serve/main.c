@@ -97,7 +97,8 @@ static void usage(FILE *f)
 	      "required.\n"
 	      "--pool N keeps N sandboxes pre-started for creates with default settings\n"
 	      "--pool-users N the same for sandboxes with users (the E2B door's; default 0)\n"
-	      "--pool-sessions N the same for sessions' sandboxes (docs/control-plane.md; default 0)\n"
+	      "--pool-sessions N the same for sessions' sandboxes (docs/control-plane.md; default\n"
+	      "1 with an --llm-route, else 0)\n"
 	      "(default 2; 0 disables).\n"
 	      "Egress: --net-allow PAT (repeatable) bounds what any sandbox's network.allow\n"
 	      "may reach (without it sandboxes get no network); --secrets-file FILE\n"
@@ -268,6 +269,7 @@ int main(int argc, char **argv)
 	__attribute__((cleanup(llm_routes_free))) struct llm_routes llm_rt = {0};
 	struct llm_route *llm_routes = llm_rt.v;
 	size_t llm_nroutes = 0;
+	bool pool_sessions_set = false;
 	const char *upstream_ca = NULL;
 	struct moat_err e = {0};
 	int64_t quotas[MOAT_QUOTAS];
@@ -386,6 +388,7 @@ int main(int argc, char **argv)
 				return fail("--pool-users: %s", e.msg, "");
 			break;
 		case 1001:
+			pool_sessions_set = true;
 			if (!strcmp(optarg, "0"))
 				cfg.pool_sessions = 0;
 			else if (moat_parse_uint(optarg, 1000, &cfg.pool_sessions, &e) < 0)
@@ -577,6 +580,10 @@ int main(int argc, char **argv)
 		.default_cpu_milli = cfg.default_cpu_milli, .templates = templates.v,
 		.allow_degraded = allow_degraded, .degraded = degraded};
 	core_init(&core);
+	/* a daemon with model routes is one for sessions: one sandbox ready
+	 * keeps a session's start in the pool's time (docs/benchmarks.md) */
+	if (!pool_sessions_set && llm_nroutes)
+		cfg.pool_sessions = 1;
 	if (store_open(".", &e) < 0 || snap_init((uint64_t)imcfg.store_max, &e) < 0 ||
 	    box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");

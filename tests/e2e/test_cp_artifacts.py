@@ -38,6 +38,15 @@ if op == "post":    # post PATH JSON: with the session token
 elif op == "put":   # put URL FILE
     st, body = call("PUT", sys.argv[2], open(sys.argv[3], "rb").read(),
                     {"Content-Type": "application/octet-stream"})
+elif op == "puthead":   # puthead URL SIZE: the head only, then the answer
+    import http.client, urllib.parse
+    u = urllib.parse.urlsplit(sys.argv[2])
+    c = http.client.HTTPConnection(u.hostname, u.port, timeout=60)
+    c.putrequest("PUT", u.path)
+    c.putheader("Content-Length", sys.argv[3])
+    c.endheaders()
+    r = c.getresponse()
+    st, body = r.status, r.read()
 elif op == "get":   # get URL OUT
     st, body = call("GET", sys.argv[2])
     if st == 200:
@@ -65,11 +74,21 @@ class Session:
         assert r.status == 201, r
         j = r.json()
         self.id = j["id"]
-        self.sb = j["sandbox_id"]
+        self.ready(j["sandbox_id"])
+
+    def ready(self, sb):
+        d = self.d
+        self.sb = sb
         d.agent_pid(self.sb)
         assert wait_until(lambda: d.ex(self.sb, ["test", "-s", "/tmp/.moat-cp-token"])
                           .get("exit_code") == 0, timeout=30), "the agent did not start"
         d.fput(self.sb, "cpc.py", CLIENT.encode())
+
+    def restart(self):
+        r = self.d.post(f"/v1/sessions/{self.id}/restart")
+        assert r.status == 200, r
+        assert r.json()["sandbox_id"] != self.sb
+        self.ready(r.json()["sandbox_id"])
 
     def run(self, *args):
         j = self.d.ex(self.sb, ["python3", "cpc.py", *args])
@@ -242,10 +261,11 @@ def test_oversized_refused_nothing_stored(d, s):
     # the URL was used by that attempt
     s.write("ok", b"y" * 100)
     err(s.put(u["url"], "ok"), 404, "already used")
-    # over --artifact-max (the default size_max): refused from its head
-    s.write("huge", b"z" * (ARTIFACT_MAX + 1))
+    # over --artifact-max (the default size_max): refused from its head,
+    # before any of the body is read (none is sent: the answer comes first)
     u = s.url("upload", name="huge.bin")["json"]
-    assert err(s.put(u["url"], "huge"), 413)["code"] == "too_large"
+    r = s.run("puthead", u["url"], str(ARTIFACT_MAX + 1))
+    assert err(r, 413)["code"] == "too_large"
     assert not (s.store() / "huge.bin").exists()
     assert tmp_left(d) == []
     # a size_max over --artifact-max is refused when asked for
@@ -313,6 +333,26 @@ def test_other_sessions_url_refused_and_still_usable_by_it(d, s):
         err(s.url("download", name="owned-by-b"), 404)
     finally:
         b.end()
+
+
+def test_artifacts_and_urls_outlive_a_restart(d, s):
+    data = os.urandom(4096)
+    s.write("keep.bin", data)
+    u = s.url("upload", name="keep.bin")["json"]
+    assert s.put(u["url"], "keep.bin")["status"] == 201
+    pending = s.url("upload", name="later.txt")["json"]
+    old = s.sb
+    s.restart()
+    assert d.get(f"/v1/sandboxes/{old}").status == 404
+    # the store is the session's, not the sandbox's
+    assert (s.store() / "keep.bin").read_bytes() == data
+    g = s.url("download", name="keep.bin")["json"]
+    got = s.get(g["url"], "keep.bin")
+    assert got["status"] == 200 and got["json"]["sha256"] == hashlib.sha256(data).hexdigest()
+    # a URL asked for before the restart works in the session's new sandbox
+    s.write("later.txt", b"after the restart")
+    assert s.put(pending["url"], "later.txt")["status"] == 201
+    assert (s.store() / "later.txt").read_bytes() == b"after the restart"
 
 
 def test_host_routes_unknown_session(d):

@@ -182,6 +182,13 @@ def test_conv_turn_stores_and_history_goes_up(cp):
     r = cp.d.get(f"/v1/sessions/{s['id']}/conversation")
     assert r.status == 200, r
     assert r.json()["messages"] == h["messages"]
+    # both calls are accounted with the upstream's own usage fields
+    r = cp.d.get(f"/v1/sessions/{s['id']}/usage")
+    assert r.status == 200, r
+    u = r.json()["usage"]
+    assert u["requests"] == 2, u
+    assert u["tokens_in"] == sum(q["usage"]["in"] for q in cp.fake.requests) == 2 + 7, u
+    assert u["tokens_out"] == sum(q["usage"]["out"] for q in cp.fake.requests) == 4 + 3, u
 
 
 def test_conv_streamed_tool_call_anthropic(cp):
@@ -209,7 +216,8 @@ def test_conv_streamed_tool_call_anthropic(cp):
     assert r["status"] == 200, r
     up = cp.fake.requests[-1]["body"]
     assert [m["role"] for m in up["messages"]] == ["user", "assistant", "user"]
-    assert up["system"] == "be terse" or "system" not in up
+    # a turn's parameters are its own: only messages are kept between turns
+    assert "system" not in up and up["max_tokens"] == 100
 
 
 def test_conv_streamed_chat_and_responses(cp):
@@ -362,3 +370,43 @@ def test_conv_bad_turns(cp):
     r = cp.call(s["sandbox_id"], "DELETE", f"/v1/conversations/{s['id']}")
     assert r["status"] == 405, r
     assert cp.history(s)["turns"] == 0
+
+
+def test_conv_daemon_killed_mid_stream_stores_nothing(cp):
+    import threading
+    s = cp.session()
+    r = cp.turn(s, {"route": "oa", "model": "m", "messages": [user("kept")]})
+    assert r["status"] == 200, r
+    cp.fake.push({"text": "s1 s2 s3 s4 s5 s6 s7 s8", "delay": 0.5})
+    n = len(cp.fake.requests)
+
+    def streamed():
+        try:
+            cp.turn(s, {"route": "oa", "model": "m", "stream": True, "turn_id": "k9",
+                        "messages": [user("lost")]})
+        except (OSError, AssertionError):
+            pass  # the daemon went away under the exec
+    t = threading.Thread(target=streamed, daemon=True)
+    t.start()
+    assert cp.fake.wait_requests(n + 1, timeout=30), "the streamed turn never went up"
+    cp.d.kill9()
+    t.join(timeout=30)
+    cp.d.start()
+
+    def back():
+        r = cp.d.get(f"/v1/sessions/{s['id']}")
+        return r.status == 200 and r.json().get("state") == "running" and r.json()["sandbox_id"]
+    assert wait_until(back, timeout=30), cp.d.get(f"/v1/sessions/{s['id']}")
+    # a fresh sandbox for the session (the agent's way back after a crash)
+    r = cp.d.post(f"/v1/sessions/{s['id']}/restart")
+    assert r.status == 200, r
+    s2 = r.json()
+    cp.wait_token(s2["sandbox_id"])
+    h = cp.history(s2)
+    assert h["turns"] == 1 and h["messages"][0] == user("kept"), h
+    # the agent asks again: it goes upstream (nothing was stored) and stores once
+    r = cp.turn(s2, {"route": "oa", "model": "m", "turn_id": "k9", "messages": [user("lost")]})
+    assert r["status"] == 200, r
+    assert cp.fake.requests[-1]["body"]["messages"][:2] == [
+        user("kept"), {"role": "assistant", "content": "you said: kept"}]
+    assert cp.history(s2)["turns"] == 2

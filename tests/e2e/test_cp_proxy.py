@@ -498,3 +498,26 @@ print(repr(hits))
     for r in cp.fake.requests:
         assert not any(cp.tok in v for v in r["headers"].values()), r["headers"]
         assert tok not in r["raw"]
+
+
+# ---- the operator's --llm-route -------------------------------------------------------
+
+@pytest.mark.parametrize("args,culprit", [
+    (["--llm-route", "oa"], "NAME=URL"),
+    (["--llm-route", "OA=http://127.0.0.1:1"], "the name OA"),
+    (["--llm-route", "oa=ftp://127.0.0.1:1"], "ftp://"),
+    (["--llm-route", "oa=http://u:pw@127.0.0.1:1"], "user info"),
+    (["--llm-route", "oa=http://127.0.0.1:1,family=gemini"], "family=gemini"),
+    (["--llm-route", "oa=http://127.0.0.1:1,timeout=-1"], "timeout=-1"),
+    (["--llm-route", "oa=http://127.0.0.1:1,tls=off"], "tls"),
+    (["--llm-route", "oa=http://127.0.0.1:1,key=NOPE"], "key=NOPE is not in the secret store"),
+    (["--llm-route", "oa=http://127.0.0.1:1", "--llm-route", "oa=http://127.0.0.1:2"], "twice"),
+])
+def test_bad_llm_route_refused_at_start(tmp_path, args, culprit):
+    from conftest import MOAT
+    import subprocess
+    data = tmp_path / "data"
+    r = subprocess.run([MOAT, "serve", "--listen", "127.0.0.1:1", "--data", str(data)] + args,
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 125, (r.returncode, r.stderr)
+    assert culprit in r.stderr, r.stderr

@@ -32,6 +32,8 @@ cp "$here"/*.py "$tmp/tests/"
 mkdir "$tmp/tests/oci" && cp "$here/../oci/fixture.py" "$tmp/tests/oci/"
 # the API document and the router, for the test that keeps them in step
 cp "$here/../../docs/API.md" "$here/../../src/serve/api.c" "$tmp/tests/"
+# the example agent that test_agent_example.py runs in a session
+cp "$here/../../examples/agent-in-sandbox/agent.py" "$tmp/tests/agent_example.py"
 copy_bins "$tmp/bin"
 chmod 755 "$tmp/tests" "$tmp/bin" "$tmp/bin"/*
 chmod 644 "$tmp/tests"/*.py "$tmp/tests"/API.md "$tmp/tests"/api.c "$tmp/tests"/oci/fixture.py

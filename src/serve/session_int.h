@@ -50,6 +50,14 @@ struct session {
 
 extern struct session **ses_all;
 extern size_t ses_n;
+extern char *ses_data_dir;
+
+/* Starting or running: its token is valid. */
+bool ses_live(const struct session *s);
+/* Sample the current sandbox's cpu and memory into s (true: changed);
+ * ses_sandbox_done before it goes (its cpu joins the earlier ones'). */
+bool ses_sample(struct session *s);
+void ses_sandbox_done(struct session *s);
 
 /* The session object (new reference). */
 json_t *ses_json(struct session *s);

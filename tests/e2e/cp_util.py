@@ -166,17 +166,21 @@ data = base64.b64decode(a["body"]) if a["body"] is not None else None
 req = urllib.request.Request("http://127.0.0.1:7878" + a["path"], data=data,
                              method=a["method"], headers=a["headers"])
 try:
-    with urllib.request.urlopen(req, timeout=60) as r:
+    with urllib.request.urlopen(req, timeout=a["timeout"]) as r:
         st, body, hd = r.status, r.read(), dict(r.headers)
 except urllib.error.HTTPError as e:
     st, body, hd = e.code, e.read(), dict(e.headers)
+except OSError as e:  # no answer (refused, timed out): status 0
+    st, body, hd = 0, str(e).encode(), {}
 print(json.dumps({"status": st, "body": base64.b64encode(body).decode(), "headers": hd}))
 """
 
 
-def cp_request(d, sid, method, path, body=None, token=None, headers=None, box=None):
+def cp_request(d, sid, method, path, body=None, token=None, headers=None, box=None,
+               timeout=30):
     """A request from inside the session's sandbox (or box) to its control
-    listener; (status, body bytes, headers)."""
+    listener; (status, body bytes, headers); status 0 when nothing answered
+    within timeout seconds."""
     h = dict(headers or {})
     if token is not None:
         h.setdefault("Authorization", f"Bearer {token}")
@@ -185,7 +189,7 @@ def cp_request(d, sid, method, path, body=None, token=None, headers=None, box=No
         h.setdefault("Content-Type", "application/json")
     elif isinstance(body, str):
         body = body.encode()
-    arg = json.dumps({"method": method, "path": path, "headers": h,
+    arg = json.dumps({"method": method, "path": path, "headers": h, "timeout": timeout,
                       "body": base64.b64encode(body).decode() if body is not None else None})
     j = d.ex(box or sandbox_of(d, sid), ["python3", "-c", _CP_CLIENT, arg])
     assert j.get("exit_code") == 0, j

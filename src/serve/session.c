@@ -98,6 +98,39 @@ int ses_save(struct session *s, struct core_err *e)
 	return 0;
 }
 
+/* The counters alone (after every model call: the whole row with its
+ * spec would cost more than the call's own bookkeeping, docs/benchmarks.md).
+ * A session not stored yet gets its whole row. */
+int ses_save_usage(struct session *s)
+{
+	if (!s->stored)
+		return ses_save(s, NULL);
+	static const char q[] =
+		"UPDATE sessions SET tokens_in=?1, tokens_out=?2, requests=?3, bytes_in=?4, "
+		"bytes_out=?5, cpu_prev_us=?6, cpu_us=?7, mem_peak_bytes=?8, budget_exceeded=?9 "
+		"WHERE id=?10";
+	sqlite3_stmt *st = NULL;
+	int rc = sqlite3_prepare_v2(store_db(), q, -1, &st, NULL);
+	if (rc == SQLITE_OK) {
+		const int64_t *u[] = {&s->u.tokens_in, &s->u.tokens_out, &s->u.requests,
+				      &s->u.bytes_in,  &s->u.bytes_out,  &s->u.cpu_prev_us,
+				      &s->u.cpu_us,    &s->u.mem_peak};
+		int i = 1;
+		for (size_t k = 0; k < sizeof u / sizeof u[0]; k++)
+			sqlite3_bind_int64(st, i++, *u[k]);
+		sqlite3_bind_text(st, i++, s->budget_exceeded, -1, SQLITE_STATIC);
+		sqlite3_bind_text(st, i++, s->id, -1, SQLITE_STATIC);
+		rc = sqlite3_step(st);
+	}
+	sqlite3_finalize(st);
+	if (rc != SQLITE_DONE) {
+		fprintf(stderr, "moat serve: session %s: cannot store its usage: %s\n", s->id,
+			sqlite3_errmsg(store_db()));
+		return -1;
+	}
+	return 0;
+}
+
 static void ses_unstore(struct session *s)
 {
 	sqlite3_stmt *st = NULL;

@@ -66,6 +66,8 @@ json_t *ses_usage_json(struct session *s);
 json_t *ses_budget_left(struct session *s);
 /* Write its row. */
 int ses_save(struct session *s, struct core_err *e);
+/* Only the usage counters and budget_exceeded (the hot path). */
+int ses_save_usage(struct session *s);
 
 /* POST /v1/sessions after validation: spec stolen. Answers req. */
 void ses_create(struct evhttp_request *req, json_t *spec);

@@ -164,7 +164,7 @@ void session_account(struct session *s, const struct llm_usage *u, uint64_t byte
 	s->u.bytes_in += (int64_t)bytes_in;
 	s->u.bytes_out += (int64_t)bytes_out;
 	ses_sample(s);
-	ses_save(s, NULL);
+	ses_save_usage(s);
 }
 
 void session_account_bytes(struct session *s, uint64_t bytes_in, uint64_t bytes_out)
@@ -174,7 +174,7 @@ void session_account_bytes(struct session *s, uint64_t bytes_in, uint64_t bytes_
 	s->u.bytes_in += (int64_t)bytes_in;
 	s->u.bytes_out += (int64_t)bytes_out;
 	ses_sample(s);
-	ses_save(s, NULL);
+	ses_save_usage(s);
 }
 
 int session_llm_check(struct session *s, const char *route, const char *model,
@@ -231,7 +231,7 @@ int session_llm_check(struct session *s, const char *route, const char *model,
 			changed = true;
 		}
 		if (changed)
-			ses_save(s, NULL);
+			ses_save_usage(s);
 		if (!strcmp(bt[k].k, "cpu_s"))
 			cerr(e, 429, "budget_exceeded",
 			     "the session's %s budget (budget.%s = %lld) is used up: %.3f %s",
@@ -244,7 +244,7 @@ int session_llm_check(struct session *s, const char *route, const char *model,
 		return -1;
 	}
 	if (changed)
-		ses_save(s, NULL);
+		ses_save_usage(s);
 	return 0;
 }
 

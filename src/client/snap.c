@@ -195,7 +195,11 @@ static int print_snaps(json_t *list)
 		return -1;
 	json_array_foreach(list, i, s) {
 		char size[32];
-		image_size_text(json_integer_value(json_object_get(s, "size")), size, sizeof size);
+		json_t *sz = json_object_get(s, "size");
+		if (json_is_integer(sz)) /* null: a btrfs snapshot still being measured */
+			image_size_text(json_integer_value(sz), size, sizeof size);
+		else
+			snprintf(size, sizeof size, "measuring");
 		if (printf("%-*s  %-*s  %-*s  %-9s  %-7s  %s\n", wid, client_str_or(s, "id", "?"), wname,
 			   client_str_or(s, "name", "-"), wsb, client_str_or(s, "sandbox_id", "-"), size,
 			   client_str_or(s, "backend", "?"), client_str_or(s, "created_at", "?")) < 0)

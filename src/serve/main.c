@@ -584,7 +584,7 @@ int main(int argc, char **argv)
 	 * keeps a session's start in the pool's time (docs/benchmarks.md) */
 	if (!pool_sessions_set && llm_nroutes)
 		cfg.pool_sessions = 1;
-	if (store_open(".", &e) < 0 || snap_init((uint64_t)imcfg.store_max, &e) < 0 ||
+	if (store_open(".", &e) < 0 || snap_init(base, (uint64_t)imcfg.store_max, &e) < 0 ||
 	    box_init(base, &cfg, &e) < 0)
 		return fail("%s%s", e.msg, "");
 	imcfg.base = base;

@@ -1,6 +1,7 @@
 /* Snapshots, restore, fork: see snap.h. */
 #define _GNU_SOURCE
 #include "snap.h"
+#include "snap_size.h"
 
 #include "box.h"
 #include "core.h"
@@ -94,7 +95,8 @@ static void row_read(sqlite3_stmt *st, struct snap_row *r)
 	r->image = col(st, 3);
 	r->spec = col(st, 4);
 	r->created_at = sqlite3_column_int64(st, 5);
-	r->size = sqlite3_column_int64(st, 6);
+	/* NULL: being measured (snap_size.h) */
+	r->size = sqlite3_column_type(st, 6) == SQLITE_NULL ? -1 : sqlite3_column_int64(st, 6);
 }
 
 #define COLS "id, name, sandbox, image, spec, created_at, size"
@@ -134,7 +136,10 @@ static int row_put(const struct snap_row *r)
 		sqlite3_bind_text(st, 4, r->image, -1, SQLITE_STATIC);
 		sqlite3_bind_text(st, 5, r->spec, -1, SQLITE_STATIC);
 		sqlite3_bind_int64(st, 6, r->created_at);
-		sqlite3_bind_int64(st, 7, r->size);
+		if (r->size >= 0)
+			sqlite3_bind_int64(st, 7, r->size);
+		else
+			sqlite3_bind_null(st, 7);
 		rc = sqlite3_step(st);
 	}
 	sqlite3_finalize(st);
@@ -173,10 +178,10 @@ static json_t *row_json(const struct snap_row *r)
 	struct tm tm;
 	gmtime_r(&t, &tm);
 	strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%SZ", &tm);
-	return json_pack("{s:s,s:s?,s:s,s:s,s:I,s:s,s:s}", "id", r->id, "name", r->name,
+	return json_pack("{s:s,s:s?,s:s,s:s,s:o,s:s,s:s}", "id", r->id, "name", r->name,
 			 "sandbox_id", r->sandbox ? r->sandbox : "", "created_at", when, "size",
-			 (json_int_t)r->size, "backend", moat_fsclone_name(backend), "image",
-			 r->image ? r->image : "host");
+			 r->size >= 0 ? json_integer((json_int_t)r->size) : json_null(), "backend",
+			 moat_fsclone_name(backend), "image", r->image ? r->image : "host");
 }
 
 /* ---- start: the table, and what a killed daemon left ---------------------- */
@@ -236,7 +241,66 @@ static void sweep(void)
 	moat_strv_free(&gone);
 }
 
-int snap_init(uint64_t max, struct moat_err *e)
+static int row_set_size(const char *id, int64_t size)
+{
+	sqlite3_stmt *st = NULL;
+	int rc = sqlite3_prepare_v2(store_db(), "UPDATE snapshots SET size = ?2 WHERE id = ?1", -1,
+				    &st, NULL);
+	if (rc == SQLITE_OK) {
+		sqlite3_bind_text(st, 1, id, -1, SQLITE_STATIC);
+		sqlite3_bind_int64(st, 2, size);
+		rc = sqlite3_step(st);
+	}
+	sqlite3_finalize(st);
+	return rc == SQLITE_DONE ? 0 : -1;
+}
+
+/* The size of snapshots/<id>/fs walked now (0 and a log line if it cannot be) */
+static int64_t size_now(const char *id)
+{
+	char p[64];
+	snprintf(p, sizeof p, "%s/%s/fs", SNAPS, id);
+	int64_t n = moat_fsclone_size(AT_FDCWD, p);
+	if (n < 0) {
+		fprintf(stderr, "moat serve: size of %s: %s\n", p, strerror(errno));
+		n = 0;
+	}
+	return n;
+}
+
+/* Measured later if nothing needs it now (no --store-max) and the worker
+ * takes it; else walked here and written. The size known now, or -1. */
+static int64_t size_later_or_now(const char *id)
+{
+	if (!store_max && snap_size_later(id))
+		return -1;
+	int64_t n = size_now(id);
+	if (row_set_size(id, n) < 0)
+		fprintf(stderr, "moat serve: snapshot %s: cannot record its size: %s\n", id,
+			sqlite3_errmsg(store_db()));
+	return n;
+}
+
+/* rows a killed daemon left unmeasured */
+static void measure_pending(void)
+{
+	sqlite3_stmt *st = NULL;
+	struct moat_strv ids = {0};
+	if (sqlite3_prepare_v2(store_db(),
+			       "SELECT id FROM snapshots WHERE size IS NULL AND state = 'ready'", -1,
+			       &st, NULL) == SQLITE_OK)
+		while (sqlite3_step(st) == SQLITE_ROW) {
+			const char *id = (const char *)sqlite3_column_text(st, 0);
+			if (id)
+				moat_strv_add(&ids, id);
+		}
+	sqlite3_finalize(st);
+	for (size_t i = 0; i < ids.n; i++)
+		size_later_or_now(ids.v[i]);
+	moat_strv_free(&ids);
+}
+
+int snap_init(struct event_base *base, uint64_t max, struct moat_err *e)
 {
 	store_max = max;
 	crash_at = getenv("MOAT_TEST_CRASH_AT");
@@ -262,6 +326,9 @@ int snap_init(uint64_t max, struct moat_err *e)
 		return -1;
 	}
 	sweep();
+	if (snap_size_init(base, e) < 0)
+		return -1;
+	measure_pending();
 	return 0;
 }
 
@@ -426,11 +493,14 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 		return NULL;
 	}
 	snap_crash_point("snapshot-captured");
-	if (r.size < 0)
+	/* btrfs does not count while it clones: with --store-max the size is
+	 * needed now; without, it is measured after the answer (snap_size.h) */
+	if (r.size < 0 && store_max) {
 		r.size = moat_fsclone_size(AT_FDCWD, tmpfs);
-	if (r.size < 0) {
-		fprintf(stderr, "moat serve: size of %s: %s\n", tmpfs, strerror(errno));
-		r.size = 0;
+		if (r.size < 0) {
+			fprintf(stderr, "moat serve: size of %s: %s\n", tmpfs, strerror(errno));
+			r.size = 0;
+		}
 	}
 	if (store_max && (uint64_t)(used + r.size) > store_max) {
 		moat_fsclone_remove(AT_FDCWD, tmp);
@@ -451,7 +521,16 @@ json_t *snap_create(struct box *b, const char *name, struct core_err *e)
 	r.sandbox = strdup(box_id(b));
 	r.image = strdup(image_of(box_spec_json(b)));
 	r.spec = json_dumps(box_spec_json(b), JSON_COMPACT);
-	return record(&r, name, dst, e);
+	bool later = r.size < 0;
+	char id[sizeof r.id];
+	memcpy(id, r.id, sizeof id);
+	json_t *out = record(&r, name, dst, e);
+	if (out && later) {
+		int64_t n = size_later_or_now(id);
+		if (n >= 0)
+			json_object_set_new(out, "size", json_integer((json_int_t)n));
+	}
+	return out;
 }
 
 json_t *snap_list(void)

@@ -27,14 +27,17 @@ struct box;
 struct core_err;
 
 /* After store_open, in the data directory (the daemon's cwd): probe the
- * backend, make the table, sweep what a killed daemon left. store_max:
- * bytes snapshots may take in all (0: no limit). */
-int snap_init(uint64_t store_max, struct moat_err *e);
+ * backend, make the table, sweep what a killed daemon left, measure the
+ * sizes it left unmeasured (snap_size.h; base: the loop that records
+ * them). store_max: bytes snapshots may take in all (0: no limit). */
+struct event_base;
+int snap_init(struct event_base *base, uint64_t store_max, struct moat_err *e);
 enum moat_fsclone snap_backend(void);
 
 /* Capture b's fs/ into a new snapshot (the sandbox keeps running).
  * name: optional (unique; 409 when taken). The API's snapshot object
- * {id,name,sandbox_id,created_at,size,backend,image} (new ref), or NULL
+ * {id,name,sandbox_id,created_at,size,backend,image} (new ref; size null
+ * while a btrfs snapshot is being measured, snap_size.h), or NULL
  * and e: 404/409/507 insufficient_storage (ENOSPC or --store-max)/500.
  * A failure leaves no snapshot and the sandbox as it was. */
 json_t *snap_create(struct box *b, const char *name, struct core_err *e);

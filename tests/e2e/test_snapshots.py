@@ -8,6 +8,7 @@ import shutil
 import sqlite3
 import subprocess
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -110,6 +111,16 @@ def rows(d):
         con.close()
 
 
+def size_of(d, s):
+    """A snapshot's size: on btrfs measured after the answer (null until then)."""
+    if s["size"] is None:
+        assert d.kind == "btrfs", s
+        assert wait_until(lambda: d.get(f"/v1/snapshots/{s['id']}").json()["size"] is not None,
+                          timeout=30), d.log()
+        return d.get(f"/v1/snapshots/{s['id']}").json()["size"]
+    return s["size"]
+
+
 def test_backend_is_the_probed_one(d):
     sid = d.create()["id"]
     s = snap(d, sid)
@@ -136,7 +147,7 @@ def test_snapshot_keeps_running_and_create_sees_the_moment(d):
     pid = r["process_id"]
     s = snap(d, sid, name="first")
     assert s["sandbox_id"] == sid and s["name"] == "first"
-    assert s["size"] > 0, d.log()
+    assert size_of(d, s) > 0, d.log()
     # on the host: the frozen copy, complete, named by the row
     assert (d.data / "snapshots" / s["id"] / "fs" / "workspace" / "sub" / "f.txt").read_text() \
         == "before\n"
@@ -447,3 +458,86 @@ def test_kill9_mid_restore():
         assert d.sh(sid, "cat a.txt") == "one\n"
     finally:
         d.stop()
+
+
+# ---- a btrfs snapshot's size, measured after the answer ---------------------------
+
+def btrfs_daemon(tmp_path, *args, gate=None):
+    why = backend_skip("btrfs")
+    if why:
+        pytest.skip(why)
+    fs = LoopFs("btrfs")
+    env = {"MOAT_TEST_SIZE_GATE": str(gate)} if gate else None
+    return fs, FsDaemon(fs.mnt, "--pool", "0", *args, env_extra=env)
+
+
+def row_size(d, sid):
+    con = sqlite3.connect(str(d.data / "moat.db"), timeout=5)
+    try:
+        return con.execute("SELECT size FROM snapshots WHERE id = ?", (sid,)).fetchone()[0]
+    finally:
+        con.close()
+
+
+def test_btrfs_snapshot_answers_before_its_size_walk(tmp_path):
+    """The walk of every entry (O(files)) is not on the request path: with
+    the walk held, the snapshot is answered, usable, listed with size null;
+    once let go, the row gets the real size. A daemon killed while a size
+    is pending measures it at its next start."""
+    gate = tmp_path / "go"
+    fs, d = btrfs_daemon(tmp_path, gate=gate)
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "head -c 300000 /dev/urandom > big && echo ok")
+        s = snap(d, sid)
+        assert s["size"] is None and s["backend"] == "btrfs", s
+        assert row_size(d, s["id"]) is None
+        assert d.get("/v1/snapshots").json()["snapshots"][0]["size"] is None
+        # usable before it is measured
+        c = d.create(image=f"snapshot:{s['id']}")["id"]
+        assert d.sh(c, "stat -c %s big") == "300000\n"
+        r = subprocess.run([MOAT, "snapshot", "ls"], capture_output=True, text=True, timeout=30,
+                           env={**{k: v for k, v in os.environ.items() if k != "MOAT_API_TOKEN"},
+                                "MOAT_URL": f"http://127.0.0.1:{d.port}"}, stdin=subprocess.DEVNULL)
+        assert "measuring" in r.stdout, (r.stdout, r.stderr)
+        gate.touch()
+        assert wait_until(lambda: row_size(d, s["id"]) is not None, timeout=30), d.log()
+        assert row_size(d, s["id"]) >= 300000
+        assert d.get(f"/v1/snapshots/{s['id']}").json()["size"] == row_size(d, s["id"])
+        # killed while one is pending: measured at the next start
+        gate.unlink()
+        s2 = snap(d, sid)
+        assert s2["size"] is None
+        d.proc.kill()
+        d.proc.wait()
+        d.env_extra = {}
+        d.start()
+        assert wait_until(lambda: row_size(d, s2["id"]) is not None, timeout=30), d.log()
+        assert row_size(d, s2["id"]) >= 300000
+        # deleted while pending: no row, no files, no complaint
+        d.stop()
+        d.env_extra = {"MOAT_TEST_SIZE_GATE": str(gate)}
+        d.start()
+        s3 = snap(d, d.create()["id"])
+        assert d.delete(f"/v1/snapshots/{s3['id']}").status == 204
+        gate.touch()
+        time.sleep(0.5)
+        assert s3["id"] not in os.listdir(d.data / "snapshots")
+        assert f"size of snapshot {s3['id']}" not in d.log()
+    finally:
+        d.stop()
+        fs.close()
+
+
+def test_btrfs_snapshot_with_store_max_is_measured_at_once(tmp_path):
+    gate = tmp_path / "go"  # never made: a walk left to the worker would hang
+    fs, d = btrfs_daemon(tmp_path, "--store-max", "100M", gate=gate)
+    try:
+        sid = d.create()["id"]
+        d.sh(sid, "head -c 300000 /dev/urandom > big && echo ok")
+        s = snap(d, sid)
+        assert s["size"] is not None and s["size"] >= 300000, s
+        assert row_size(d, s["id"]) == s["size"]
+    finally:
+        d.stop()
+        fs.close()

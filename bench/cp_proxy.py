@@ -37,9 +37,9 @@ Rounds alternate the order (host first, sandbox first). Then:
            processes calling the fake directly at once;
   first    --first times: POST /v1/sessions with an agent that makes one
            call at once (curl, and python3 -S), against the daemon above
-           (--pool-sessions 0, the default: every session's sandbox built
-           on demand) and a second one with --pool-sessions 2 (sessions'
-           sandboxes pre-started); the fake's arrival time of
+           (the default: --pool-sessions 1 with an --llm-route) and a
+           second one with --pool-sessions 2 (sessions' sandboxes
+           pre-started); the fake's arrival time of
            that call (its wall clock, sub-ms) minus the time just before the
            POST was written; also the POST's own answer time. Off the
            clock between samples: the DELETE and 0.3 s for the pool.
@@ -326,14 +326,14 @@ class Bench:
               "{'Authorization':'Bearer '+os.environ['MOAT_SESSION_TOKEN'],'Content-Type':'application/json'})\n"
               "c.getresponse().read()\n"]
         self.d2 = Daemon(self.moat, self.tmp, "data2", self.serve_args + ["--pool-sessions", "2"])
-        kinds = [(d, agent) for d in ("pool-sessions 0", "pool-sessions 2") for agent in ("curl", "python3 -S")]
+        kinds = [(d, agent) for d in ("default (pool-sessions 1)", "pool-sessions 2") for agent in ("curl", "python3 -S")]
         R = {k: ([], []) for k in kinds}
         self.fake.log()
         for i in range(a.first):
             for k in (kinds if i % 2 == 0 else kinds[::-1]):
                 dname, agent = k
-                api = self.d.api if dname.endswith(" 0") else self.d2.api
-                tagm = f"first-{i}-{dname[-1]}-{agent.split()[0]}"
+                api = self.d.api if dname.startswith("default") else self.d2.api
+                tagm = f"first-{i}-{dname[0]}-{agent.split()[0]}"
                 body = json.dumps(dict(CHAT, model=tagm))
                 time.sleep(0.3)  # the pool refills, the last DELETE settles
                 t0 = time.time()

@@ -20,19 +20,7 @@ static bool only_keys(struct core_err *e, json_t *o, const char *what, const cha
 		cerr(e, 400, "invalid_request", "%s must be an object", what);
 		return false;
 	}
-	const char *k;
-	json_t *v;
-	json_object_foreach(o, k, v)
-	{
-		bool known = false;
-		for (size_t i = 0; keys[i] && !known; i++)
-			known = !strcmp(k, keys[i]);
-		if (!known) {
-			cerr(e, 400, "invalid_request", "%s: unknown field \"%.64s\"", what, k);
-			return false;
-		}
-	}
-	return true;
+	return jf_only_keys(e, o, what, keys);
 }
 
 static bool str_array(struct core_err *e, json_t *a, const char *what, bool nonempty)

@@ -109,6 +109,24 @@ void http_accepted(struct evhttp_request *req)
 	count(202, 0);
 }
 
+void http_not_allowed(struct evhttp_request *req)
+{
+	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
+		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
+}
+
+void http_collection(struct evhttp_request *req, void (*create)(struct evhttp_request *req),
+		     void (*list)(struct evhttp_request *req))
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	if (m == EVHTTP_REQ_POST)
+		create(req);
+	else if (m == EVHTTP_REQ_GET)
+		list(req);
+	else
+		http_not_allowed(req);
+}
+
 static int status_of(const char *code)
 {
 	static const struct {

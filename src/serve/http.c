@@ -176,6 +176,11 @@ const char *http_body(struct evhttp_request *req, size_t *len)
 
 json_t *http_body_json(struct evhttp_request *req, bool empty_ok)
 {
+	return http_body_json_flags(req, empty_ok, 0);
+}
+
+json_t *http_body_json_flags(struct evhttp_request *req, bool empty_ok, size_t flags)
+{
 	size_t len;
 	const char *p = http_body(req, &len);
 	if (len > MAX_JSON_BODY) {
@@ -185,7 +190,7 @@ json_t *http_body_json(struct evhttp_request *req, bool empty_ok)
 	if (!len && empty_ok)
 		return json_object();
 	json_error_t je;
-	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
+	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES | flags, &je);
 	if (!j) {
 		http_error(req, 400, "invalid_request", "malformed JSON body: %s (line %d, column %d)",
 			   je.text, je.line, je.column);

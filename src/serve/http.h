@@ -87,6 +87,9 @@ void http_collection(struct evhttp_request *req, void (*create)(struct evhttp_re
 /* The body as JSON (an object); NULL after answering 400/413. An empty
  * body is {} when empty_ok. */
 json_t *http_body_json(struct evhttp_request *req, bool empty_ok);
+/* The same with jansson's decoding flags (JSON_REJECT_DUPLICATES and
+ * flags, e.g. JSON_ALLOW_NUL). */
+json_t *http_body_json_flags(struct evhttp_request *req, bool empty_ok, size_t flags);
 /* The raw body: pointer into a linearised buffer (valid until reply). */
 const char *http_body(struct evhttp_request *req, size_t *len);
 

@@ -5,6 +5,7 @@
 
 #include <moat/err.h>
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -48,6 +49,16 @@ void client_help_footer(FILE *f);
 
 /* Report a getopt error ('?' or ':') for cmd; returns CLIENT_FAIL. */
 int client_bad_option(const char *cmd, int c, char **argv);
+
+/* A subcommand's options, permuted (they may follow its ids): --help
+ * prints help and the footer; every other option of opts[] goes into
+ * vals[i] (optarg, or "1" for a flag), opts[i] being its entry. When
+ * opts[0] is --output ('o'), -o is its short form. 1: help printed;
+ * 0: go on; CLIENT_FAIL: a bad option, said. */
+int client_parse(int argc, char **argv, const char *cmd, const char *help,
+		 const struct option *opts, const char **vals);
+/* opts for a command whose only option is --help (vals may be NULL). */
+extern const struct option client_help_only[];
 
 /* Read all of fd into a malloc'd, NUL-terminated buffer (at most cap
  * bytes; more is an error naming what). */

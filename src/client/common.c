@@ -42,6 +42,31 @@ int client_bad_option(const char *cmd, int c, char **argv)
 	return client_fail(cmd, "unknown option '%s' (see moat %s --help)", arg, cmd);
 }
 
+int client_parse(int argc, char **argv, const char *cmd, const char *help,
+		 const struct option *opts, const char **vals)
+{
+	bool has_o = opts[0].val == 'o';
+	optind = 0;
+	int c, idx = 0;
+	while ((c = getopt_long(argc, argv, has_o ? ":ho:" : ":h", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs(help, stdout);
+			client_help_footer(stdout);
+			return 1;
+		}
+		if (c == '?' || c == ':')
+			return client_bad_option(cmd, c, argv);
+		/* -o leaves idx as it was: it is --output's, opts[0] */
+		if (c == 'o' && has_o)
+			vals[0] = optarg;
+		else
+			vals[idx] = optarg ? optarg : "1";
+	}
+	return 0;
+}
+
+const struct option client_help_only[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
+
 int client_read_all(int fd, size_t cap, const char *what, char **out,
 		    size_t *len, struct moat_err *e)
 {

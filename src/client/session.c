@@ -38,38 +38,6 @@ static const char session_help[] =
 	"conversation and moves files through one-time URLs; the daemon holds\n"
 	"every credential. `moat session <command> --help` tells more.\n";
 
-/* Parse --help (printing help) and opts[] other than it into vals[i]
- * (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
-static int parse(int argc, char **argv, const char *cmd, const char *help,
-		 const struct option *opts, const char **vals)
-{
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: options may follow the id */
-	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs(help, stdout);
-			client_help_footer(stdout);
-			return 1;
-		}
-		if (c == '?' || c == ':')
-			return client_bad_option(cmd, c, argv);
-		if (c == 'o') {
-			/* -o: the short form of --output, for the commands that have it */
-			if (opts[0].val != 'o')
-				return client_fail(cmd, "unknown option '-o' (see moat %s --help)",
-						   cmd);
-			vals[0] = optarg;
-			continue;
-		}
-		vals[idx] = optarg ? optarg : "1";
-	}
-	return 0;
-}
-
-static const struct option help_only[] = {{"help", no_argument, NULL, 'h'},
-					  {NULL, 0, NULL, 0}};
-
 /* "/v1/sessions/<id, escaped><suffix>", malloc'd; NULL on OOM. */
 static char *ses_path_sfx(struct moat_http *h, const char *id, const char *suffix)
 {
@@ -399,11 +367,11 @@ static int ses_ls(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[3] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session ls [--json] [--state STATE]\n\n"
-		      "List the sessions of moat serve.\n\n"
-		      "      --json          print the server's JSON answer\n"
-		      "      --state STATE   only sessions in STATE: running, exited or ended\n",
-		      opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session ls [--json] [--state STATE]\n\n"
+			     "List the sessions of moat serve.\n\n"
+			     "      --json          print the server's JSON answer\n"
+			     "      --state STATE   only sessions in STATE: running, exited or ended\n",
+			     opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
@@ -427,7 +395,7 @@ static int ses_ls(int argc, char **argv)
 static int ses_get(int argc, char **argv, const char *cmd, const char *help,
 		   char *(*path)(struct moat_http *h, const char *id))
 {
-	int r = parse(argc, argv, cmd, help, help_only, NULL);
+	int r = client_parse(argc, argv, cmd, help, client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -448,11 +416,11 @@ static int ses_rm(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session rm ID... [--purge]\n\n"
-		      "End sessions: their sandboxes are deleted and their tokens revoked;\n"
-		      "the record, conversation and artifacts stay (moat session show).\n\n"
-		      "      --purge   remove the conversation and the artifacts too\n",
-		      opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session rm ID... [--purge]\n\n"
+			     "End sessions: their sandboxes are deleted and their tokens revoked;\n"
+			     "the record, conversation and artifacts stay (moat session show).\n\n"
+			     "      --purge   remove the conversation and the artifacts too\n",
+			     opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
@@ -474,11 +442,11 @@ static int ses_restart(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session restart ID [--json]\n\n"
-		      "Give the session a fresh sandbox (the old one is deleted) with its\n"
-		      "agent started again and a new token; the conversation, usage and\n"
-		      "artifacts carry on. Prints the new sandbox's id.\n\n"
-		      "      --json   print the session object instead\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session restart ID [--json]\n\n"
+			     "Give the session a fresh sandbox (the old one is deleted) with its\n"
+			     "agent started again and a new token; the conversation, usage and\n"
+			     "artifacts carry on. Prints the new sandbox's id.\n\n"
+			     "      --json   print the session object instead\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -532,9 +500,9 @@ static int ses_artifacts(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session artifacts ID [--json]\n\n"
-		      "List the files the session's agent uploaded (one-time URLs).\n\n"
-		      "      --json   print the server's JSON answer\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session artifacts ID [--json]\n\n"
+			     "List the files the session's agent uploaded (one-time URLs).\n\n"
+			     "      --json   print the server's JSON answer\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -563,10 +531,10 @@ static int ses_artifact_get(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session artifact-get ID NAME [-o FILE]\n\n"
-		      "Write one of the session's artifacts to FILE (made whole or not at\n"
-		      "all), or to stdout.\n\n"
-		      "  -o, --output FILE   where (default and -: stdout)\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session artifact-get ID NAME [-o FILE]\n\n"
+			     "Write one of the session's artifacts to FILE (made whole or not at\n"
+			     "all), or to stdout.\n\n"
+			     "  -o, --output FILE   where (default and -: stdout)\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 2 != argc)

@@ -15,30 +15,6 @@
 #include <string.h>
 #include <unistd.h>
 
-/* Parse --help (printing help) and the options opts[] other than it into
- * vals[i] (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
-static int parse(int argc, char **argv, const char *cmd, const char *help,
-		 const struct option *opts, const char **vals)
-{
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: options may follow the ids */
-	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs(help, stdout);
-			client_help_footer(stdout);
-			return 1;
-		}
-		if (c == '?' || c == ':')
-			return client_bad_option(cmd, c, argv);
-		vals[idx] = optarg ? optarg : "1";
-	}
-	return 0;
-}
-
-static const struct option help_only[] = {{"help", no_argument, NULL, 'h'},
-					  {NULL, 0, NULL, 0}};
-
 static char *snap_path(struct moat_http *h, const char *ref)
 {
 	_cleanup_free_ char *er = moat_http_escape(h, ref);
@@ -64,24 +40,13 @@ static int snap_export(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: -o may follow the id */
-	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs("usage: moat snapshot export ID|NAME -o FILE\n\n"
-			      "Write a snapshot as an OCI archive (its image's layers and the\n"
-			      "snapshot's changes as one more layer) to FILE, made whole or not at\n"
-			      "all; `moat image import FILE` on another host brings it back.\n\n"
-			      "  -o, --output FILE   where (- for stdout)\n", stdout);
-			client_help_footer(stdout);
-			return 0;
-		}
-		if (c == 'o')
-			vals[0] = optarg;
-		else
-			return client_bad_option(cmd, c, argv);
-	}
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot export ID|NAME -o FILE\n\n"
+			     "Write a snapshot as an OCI archive (its image's layers and the\n"
+			     "snapshot's changes as one more layer) to FILE, made whole or not at\n"
+			     "all; `moat image import FILE` on another host brings it back.\n\n"
+			     "  -o, --output FILE   where (- for stdout)\n", opts, vals);
+	if (r)
+		return r == 1 ? 0 : r;
 	if (optind + 1 != argc || !vals[0] || !*vals[0])
 		return client_fail(cmd, "expected a snapshot and -o FILE (usage: moat snapshot "
 				   "export ID -o FILE)");
@@ -94,7 +59,6 @@ static int snap_export(int argc, char **argv)
 	if (!f)
 		return client_fail(cmd, "%s: %s", part, strerror(errno));
 	struct moat_err e = {0};
-	int r = 0;
 	struct moat_http *h = moat_http_new(&e);
 	_cleanup_free_ char *er = h ? moat_http_escape(h, ref) : NULL;
 	_cleanup_free_ char *path = NULL;
@@ -149,7 +113,7 @@ static int snap_take(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, snapshot_help, opts, vals);
+	int r = client_parse(argc, argv, cmd, snapshot_help, opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -211,9 +175,9 @@ static int snap_ls(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat snapshot ls [--json]\n\n"
-		      "List the snapshots of moat serve.\n\n"
-		      "      --json   print the server's JSON answer\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot ls [--json]\n\n"
+			     "List the snapshots of moat serve.\n\n"
+			     "      --json   print the server's JSON answer\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
@@ -226,9 +190,9 @@ static int snap_ls(int argc, char **argv)
 static int snap_rm(int argc, char **argv)
 {
 	const char *cmd = "snapshot rm";
-	int r = parse(argc, argv, cmd, "usage: moat snapshot rm ID|NAME...\n\n"
-		      "Remove snapshots (sandboxes made from them keep their files).\n",
-		      help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot rm ID|NAME...\n\n"
+			     "Remove snapshots (sandboxes made from them keep their files).\n",
+			     client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
@@ -243,8 +207,8 @@ static int snap_rm(int argc, char **argv)
 static int snap_inspect(int argc, char **argv)
 {
 	const char *cmd = "snapshot inspect";
-	int r = parse(argc, argv, cmd, "usage: moat snapshot inspect ID|NAME\n\n"
-		      "Print a snapshot as JSON.\n", help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot inspect ID|NAME\n\n"
+			     "Print a snapshot as JSON.\n", client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -284,11 +248,11 @@ int moat_client_fork(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat fork ID [--count N]\n\n"
-		      "Make N new sandboxes (default 1, at most 32, all or none) whose files\n"
-		      "start as copies of sandbox ID's now, and print their ids, one a line.\n"
-		      "Processes are not copied: the new sandboxes start with none.\n\n"
-		      "      --count N   how many\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat fork ID [--count N]\n\n"
+			     "Make N new sandboxes (default 1, at most 32, all or none) whose files\n"
+			     "start as copies of sandbox ID's now, and print their ids, one a line.\n"
+			     "Processes are not copied: the new sandboxes start with none.\n\n"
+			     "      --count N   how many\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -330,9 +294,9 @@ int moat_client_fork(int argc, char **argv)
 int moat_client_restore(int argc, char **argv)
 {
 	const char *cmd = "restore";
-	int r = parse(argc, argv, cmd, "usage: moat restore ID SNAPSHOT\n\n"
-		      "Replace sandbox ID's files with those of SNAPSHOT (an id or a name).\n"
-		      "Its processes are restarted: what ran is stopped.\n", help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat restore ID SNAPSHOT\n\n"
+			     "Replace sandbox ID's files with those of SNAPSHOT (an id or a name).\n"
+			     "Its processes are restarted: what ran is stopped.\n", client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 2 != argc)

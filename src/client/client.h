@@ -82,13 +82,14 @@ int client_print_json(const char *cmd, json_t *o);
 int client_list(const char *cmd, const char *path, const char *key, bool as_json,
 		int (*print)(json_t *list));
 
-/* GET path(h, name) and print the answer as JSON; errors name name. */
-int client_show(const char *cmd, struct moat_http *h, const char *name,
+/* GET path(h, name) from the server and print the answer as JSON; errors
+ * name name. */
+int client_show(const char *cmd, const char *name,
 		char *(*path)(struct moat_http *h, const char *name));
 
 /* DELETE path(h, name) for every name, each failure said naming it; stops
  * at the first that cannot reach the server. 0, or CLIENT_FAIL. */
-int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+int client_delete_each(const char *cmd, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name));
 
 /* Write n bytes to f; -1 with e filled on failure. */

@@ -153,11 +153,14 @@ int client_print_json(const char *cmd, json_t *o)
 	return 0;
 }
 
-int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+int client_delete_each(const char *cmd, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name))
 {
 	int r = 0;
 	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
 	for (int i = 0; i < n; i++) {
 		char *p = path(h, names[i]);
 		if (!p)
@@ -173,10 +176,13 @@ int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n
 	return r;
 }
 
-int client_show(const char *cmd, struct moat_http *h, const char *name,
+int client_show(const char *cmd, const char *name,
 		char *(*path)(struct moat_http *h, const char *name))
 {
 	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
 	char *p = path(h, name);
 	json_t *ans = NULL;
 	if (!p)

@@ -150,11 +150,7 @@ static int image_inspect(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one image name (usage: moat image inspect NAME)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], image_path);
+	return client_show(cmd, argv[optind], image_path);
 }
 
 static int image_rm(int argc, char **argv)
@@ -168,11 +164,7 @@ static int image_rm(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no image given (usage: moat image rm NAME...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, image_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, image_path);
 }
 
 int moat_client_image(int argc, char **argv)

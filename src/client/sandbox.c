@@ -371,7 +371,6 @@ static char *sandbox_path(struct moat_http *h, const char *id)
 int moat_client_rm(int argc, char **argv)
 {
 	const char *cmd = "rm";
-	struct moat_err e = {0};
 	optind = 0;
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	int c;
@@ -385,8 +384,5 @@ int moat_client_rm(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return client_fail(cmd, "no sandbox id given (usage: moat rm ID...)");
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, sandbox_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, sandbox_path);
 }

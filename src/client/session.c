@@ -400,11 +400,7 @@ static int ses_get(int argc, char **argv, const char *cmd, const char *help,
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one session id (see moat %s --help)", cmd);
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], path);
+	return client_show(cmd, argv[optind], path);
 }
 
 /* ---- rm ------------------------------------------------------------------- */
@@ -425,11 +421,7 @@ static int ses_rm(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no session given (usage: moat session rm ID...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind,
+	return client_delete_each(cmd, argv + optind, argc - optind,
 				  vals[0] ? ses_path_purge : ses_path);
 }
 

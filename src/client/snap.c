@@ -197,11 +197,7 @@ static int snap_rm(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no snapshot given (usage: moat snapshot rm ID...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, snap_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, snap_path);
 }
 
 static int snap_inspect(int argc, char **argv)
@@ -213,11 +209,7 @@ static int snap_inspect(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one snapshot (usage: moat snapshot inspect ID)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], snap_path);
+	return client_show(cmd, argv[optind], snap_path);
 }
 
 int moat_client_snapshot(int argc, char **argv)

@@ -77,6 +77,12 @@ struct moat_http;
 /* o as indented JSON on stdout; CLIENT_FAIL (said) when it cannot be written. */
 int client_print_json(const char *cmd, json_t *o);
 
+/* ans[key], a string, on a line of stdout (the id a create answers with);
+ * an answer without it is an error naming the server h and what. 0, or
+ * CLIENT_FAIL (said). */
+int client_print_id(const char *cmd, struct moat_http *h, json_t *ans, const char *key,
+		    const char *what);
+
 /* GET path and print its list answer[key]: the JSON answer with as_json,
  * else print(list) (a table); errors name the server. */
 int client_list(const char *cmd, const char *path, const char *key, bool as_json,

@@ -153,6 +153,17 @@ int client_print_json(const char *cmd, json_t *o)
 	return 0;
 }
 
+int client_print_id(const char *cmd, struct moat_http *h, json_t *ans, const char *key,
+		    const char *what)
+{
+	const char *id = json_string_value(json_object_get(ans, key));
+	if (!id)
+		return client_fail(cmd, "the answer from %s has no %s", moat_http_url(h), what);
+	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
 int client_delete_each(const char *cmd, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name))
 {

@@ -219,12 +219,7 @@ int moat_client_create(int argc, char **argv)
 	_cleanup_json_ json_t *ans = NULL;
 	if (moat_http_json(h, "POST", "/v1/sandboxes", NULL, body, &ans, &e) < 0)
 		return client_fail_err(cmd, &e);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no sandbox id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "sandbox id");
 }
 
 /* ---- ls -------------------------------------------------------------- */

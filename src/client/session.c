@@ -317,12 +317,7 @@ static int ses_create(int argc, char **argv)
 		return client_fail_err(cmd, &e);
 	if (as_json)
 		return client_print_json(cmd, ans);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no session id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "session id");
 }
 
 /* ---- ls ------------------------------------------------------------------- */
@@ -456,12 +451,7 @@ static int ses_restart(int argc, char **argv)
 		return client_fail(cmd, "%s: %s", id, e.msg);
 	if (vals[0])
 		return client_print_json(cmd, ans);
-	const char *sb = json_string_value(json_object_get(ans, "sandbox_id"));
-	if (!sb)
-		return client_fail(cmd, "the answer from %s has no sandbox id", moat_http_url(h));
-	if (printf("%s\n", sb) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "sandbox_id", "sandbox id");
 }
 
 /* ---- artifacts / artifact-get --------------------------------------------- */

@@ -132,12 +132,7 @@ static int snap_take(int argc, char **argv)
 		return client_fail(cmd, "out of memory");
 	if (moat_http_json(h, "POST", path, NULL, body, &ans, &e) < 0)
 		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no snapshot id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "snapshot id");
 }
 
 /* ---- moat snapshot ls [--json] -------------------------------------------- */

@@ -101,4 +101,12 @@ int client_delete_each(const char *cmd, char **names, int n,
 /* Write n bytes to f; -1 with e filled on failure. */
 int client_write(FILE *f, const void *data, size_t n, struct moat_err *e);
 
+/* GET path (a streamed answer of type accept) into the file out, made
+ * whole or not at all (written to out.part, renamed once complete, removed
+ * on failure), or to stdout when out is "-". An answer with no body is an
+ * empty file when empty_ok, else an error; errors name what. 0, or
+ * CLIENT_FAIL (said). */
+int client_download(const char *cmd, struct moat_http *h, const char *path, const char *accept,
+		    const char *out, bool empty_ok, const char *what);
+
 #endif

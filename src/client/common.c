@@ -3,6 +3,8 @@
 #include "client.h"
 #include "http.h"
 
+#include "../base/cleanup.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -223,4 +225,43 @@ int client_list(const char *cmd, const char *path, const char *key, bool as_json
 	if (print(list) < 0 || fflush(stdout) != 0)
 		return client_fail(cmd, "write: %s", strerror(errno));
 	return 0;
+}
+
+static int sink_file(void *f, const char *data, size_t n, struct moat_err *e)
+{
+	return client_write(f, data, n, e);
+}
+
+int client_download(const char *cmd, struct moat_http *h, const char *path, const char *accept,
+		    const char *out, bool empty_ok, const char *what)
+{
+	bool to_stdout = !strcmp(out, "-");
+	_cleanup_free_ char *part = NULL;
+	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
+		return client_fail(cmd, "out of memory");
+	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
+	if (!f)
+		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	struct moat_err e = {0};
+	struct moat_http_req rq = {.method = "GET", .path = path, .accept = accept,
+				   .sink = sink_file, .sink_arg = f};
+	struct moat_http_resp rs = {0};
+	int r = 0;
+	if (moat_http_do(h, &rq, &rs, &e) < 0)
+		r = client_fail(cmd, "%s: %s", what, e.msg);
+	else if (!rs.streamed && (!empty_ok || rs.status / 100 != 2))
+		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", what, e.msg));
+	else if (!rs.streamed && client_write(f, rs.body, rs.len, &e) < 0)
+		r = client_fail(cmd, "%s: %s", to_stdout ? "stdout" : part, e.msg);
+	moat_http_resp_free(&rs);
+	if (to_stdout)
+		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
+								    strerror(errno)) : r;
+	if (fclose(f) != 0 && r == 0)
+		r = client_fail(cmd, "%s: %s", part, strerror(errno));
+	if (r == 0 && rename(part, out) != 0)
+		r = client_fail(cmd, "%s: %s", out, strerror(errno));
+	if (r != 0)
+		unlink(part);
+	return r;
 }

@@ -501,11 +501,6 @@ static int ses_artifacts(int argc, char **argv)
 	return client_list(cmd, path, "artifacts", vals[0] != NULL, print_artifacts);
 }
 
-static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
-{
-	return client_write(arg, data, n, e);
-}
-
 static int ses_artifact_get(int argc, char **argv)
 {
 	const char *cmd = "session artifact-get";
@@ -523,45 +518,17 @@ static int ses_artifact_get(int argc, char **argv)
 		return client_fail(cmd, "expected a session id and an artifact name (usage: moat "
 				   "session artifact-get ID NAME [-o FILE])");
 	const char *id = argv[optind], *name = argv[optind + 1];
-	const char *out = vals[0] ? vals[0] : "-";
-	bool to_stdout = !strcmp(out, "-");
-	_cleanup_free_ char *part = NULL;
-	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
-		return client_fail(cmd, "out of memory");
 	struct moat_err e = {0};
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
 	_cleanup_free_ char *ename = moat_http_escape(h, name);
-	_cleanup_free_ char *sfx = NULL, *path = NULL;
+	_cleanup_free_ char *sfx = NULL, *path = NULL, *what = NULL;
 	if (!ename || asprintf(&sfx, "/artifacts/%s", ename) < 0 ||
-	    !(path = ses_path_sfx(h, id, sfx)))
+	    !(path = ses_path_sfx(h, id, sfx)) || asprintf(&what, "%s %s", id, name) < 0)
 		return client_fail(cmd, "out of memory");
-	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
-	if (!f)
-		return client_fail(cmd, "%s: %s", part, strerror(errno));
-	/* any type: an artifact is whatever bytes the agent uploaded */
-	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "*/*",
-				   .sink = to_file, .sink_arg = f};
-	struct moat_http_resp rs = {0};
-	r = 0;
-	if (moat_http_do(h, &rq, &rs, &e) < 0)
-		r = client_fail(cmd, "%s %s: %s", id, name, e.msg);
-	else if (!rs.streamed && rs.status / 100 != 2)
-		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s %s: %s", id, name, e.msg));
-	else if (!rs.streamed && client_write(f, rs.body, rs.len, &e) < 0)
-		r = client_fail(cmd, "%s: %s", to_stdout ? "stdout" : part, e.msg);
-	moat_http_resp_free(&rs);
-	if (to_stdout)
-		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
-								    strerror(errno)) : r;
-	if (fclose(f) != 0 && r == 0)
-		r = client_fail(cmd, "%s: %s", part, strerror(errno));
-	if (r == 0 && rename(part, out) != 0)
-		r = client_fail(cmd, "%s: %s", out, strerror(errno));
-	if (r != 0)
-		unlink(part);
-	return r;
+	/* any type: an artifact is whatever bytes the agent uploaded, maybe none */
+	return client_download(cmd, h, path, "*/*", vals[0] ? vals[0] : "-", true, what);
 }
 
 /* ---- dispatch ------------------------------------------------------------- */

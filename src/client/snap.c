@@ -13,7 +13,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 static char *snap_path(struct moat_http *h, const char *ref)
 {
@@ -27,11 +26,6 @@ static char *snap_path(struct moat_http *h, const char *ref)
 /* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
 
 /* ---- moat snapshot export SID -o FILE ------------------------------------ */
-
-static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
-{
-	return client_write(arg, data, n, e);
-}
 
 static int snap_export(int argc, char **argv)
 {
@@ -50,43 +44,15 @@ static int snap_export(int argc, char **argv)
 	if (optind + 1 != argc || !vals[0] || !*vals[0])
 		return client_fail(cmd, "expected a snapshot and -o FILE (usage: moat snapshot "
 				   "export ID -o FILE)");
-	const char *ref = argv[optind], *out = vals[0];
-	bool to_stdout = !strcmp(out, "-");
-	_cleanup_free_ char *part = NULL;
-	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
-		return client_fail(cmd, "out of memory");
-	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
-	if (!f)
-		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	const char *ref = argv[optind];
 	struct moat_err e = {0};
-	struct moat_http *h = moat_http_new(&e);
-	_cleanup_free_ char *er = h ? moat_http_escape(h, ref) : NULL;
-	_cleanup_free_ char *path = NULL;
-	if (er && asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
-		path = NULL;
-	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "application/x-tar",
-				   .sink = to_file, .sink_arg = f};
-	struct moat_http_resp rs = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
-		r = client_fail_err(cmd, &e);
-	else if (!path)
-		r = client_fail(cmd, "out of memory");
-	else if (moat_http_do(h, &rq, &rs, &e) < 0)
-		r = client_fail(cmd, "%s: %s", ref, e.msg);
-	else if (!rs.streamed)
-		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", ref, e.msg));
-	moat_http_resp_free(&rs);
-	moat_http_free(h);
-	if (to_stdout)
-		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
-								    strerror(errno)) : r;
-	if (fclose(f) != 0 && r == 0)
-		r = client_fail(cmd, "%s: %s", part, strerror(errno));
-	if (r == 0 && rename(part, out) != 0)
-		r = client_fail(cmd, "%s: %s", out, strerror(errno));
-	if (r != 0)
-		unlink(part);
-	return r;
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *er = moat_http_escape(h, ref), *path = NULL;
+	if (!er || asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
+		return client_fail(cmd, "out of memory");
+	return client_download(cmd, h, path, "application/x-tar", vals[0], false, ref);
 }
 
 static const char snapshot_help[] =

@@ -83,10 +83,11 @@ int client_print_json(const char *cmd, json_t *o);
 int client_print_id(const char *cmd, struct moat_http *h, json_t *ans, const char *key,
 		    const char *what);
 
-/* GET path and print its list answer[key]: the JSON answer with as_json,
- * else print(list) (a table); errors name the server. */
-int client_list(const char *cmd, const char *path, const char *key, bool as_json,
-		int (*print)(json_t *list));
+/* GET path (with query: key, value, ..., NULL; or NULL) and print its list
+ * answer[key]: the JSON answer with as_json, else print(list) (a table);
+ * errors name the server. */
+int client_list(const char *cmd, const char *path, const char *const *query, const char *key,
+		bool as_json, int (*print)(json_t *list));
 
 /* GET path(h, name) from the server and print the answer as JSON; errors
  * name name. */

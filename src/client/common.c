@@ -209,13 +209,13 @@ int client_show(const char *cmd, const char *name,
 	return rc;
 }
 
-int client_list(const char *cmd, const char *path, const char *key, bool as_json,
-		int (*print)(json_t *list))
+int client_list(const char *cmd, const char *path, const char *const *query, const char *key,
+		bool as_json, int (*print)(json_t *list))
 {
 	struct moat_err e = {0};
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	_cleanup_json_ json_t *ans = NULL;
-	if (!h || moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
+	if (!h || moat_http_json(h, "GET", path, query, NULL, &ans, &e) < 0)
 		return client_fail_err(cmd, &e);
 	json_t *list = json_object_get(ans, key);
 	if (!json_is_array(list))

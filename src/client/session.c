@@ -38,34 +38,24 @@ static const char session_help[] =
 	"conversation and moves files through one-time URLs; the daemon holds\n"
 	"every credential. `moat session <command> --help` tells more.\n";
 
-/* "/v1/sessions/<id, escaped><suffix>", malloc'd; NULL on OOM. */
-static char *ses_path_sfx(struct moat_http *h, const char *id, const char *suffix)
-{
-	_cleanup_free_ char *eid = moat_http_escape(h, id);
-	char *p;
-	if (!eid || asprintf(&p, "/v1/sessions/%s%s", eid, suffix) < 0)
-		return NULL;
-	return p;
-}
-
 static char *ses_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "");
+	return moat_http_path(h, "sessions", id, "");
 }
 
 static char *ses_path_purge(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "?purge=true");
+	return moat_http_path(h, "sessions", id, "?purge=true");
 }
 
 static char *ses_usage_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "/usage");
+	return moat_http_path(h, "sessions", id, "/usage");
 }
 
 static char *ses_conv_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "/conversation");
+	return moat_http_path(h, "sessions", id, "/conversation");
 }
 
 /* Whole number in [1, max] for opt. */
@@ -371,18 +361,9 @@ static int ses_ls(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	_cleanup_free_ char *path = NULL;
-	if (vals[1]) {
-		struct moat_err e = {0};
-		_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-		if (!h)
-			return client_fail_err(cmd, &e);
-		_cleanup_free_ char *es = moat_http_escape(h, vals[1]);
-		if (!es || asprintf(&path, "/v1/sessions?state=%s", es) < 0)
-			return client_fail(cmd, "out of memory");
-	}
-	return client_list(cmd, path ? path : "/v1/sessions", "sessions", vals[0] != NULL,
-			   print_sessions);
+	const char *const query[] = {"state", vals[1], NULL};
+	return client_list(cmd, "/v1/sessions", vals[1] ? query : NULL, "sessions",
+			   vals[0] != NULL, print_sessions);
 }
 
 /* ---- show / usage / conversation (JSON) ------------------------------------ */
@@ -443,7 +424,7 @@ static int ses_restart(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	_cleanup_free_ char *path = ses_path_sfx(h, id, "/restart");
+	_cleanup_free_ char *path = moat_http_path(h, "sessions", id, "/restart");
 	_cleanup_json_ json_t *ans = NULL;
 	if (!path)
 		return client_fail(cmd, "out of memory");
@@ -495,10 +476,10 @@ static int ses_artifacts(int argc, char **argv)
 		_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 		if (!h)
 			return client_fail_err(cmd, &e);
-		if (!(path = ses_path_sfx(h, argv[optind], "/artifacts")))
+		if (!(path = moat_http_path(h, "sessions", argv[optind], "/artifacts")))
 			return client_fail(cmd, "out of memory");
 	}
-	return client_list(cmd, path, "artifacts", vals[0] != NULL, print_artifacts);
+	return client_list(cmd, path, NULL, "artifacts", vals[0] != NULL, print_artifacts);
 }
 
 static int ses_artifact_get(int argc, char **argv)
@@ -525,7 +506,8 @@ static int ses_artifact_get(int argc, char **argv)
 	_cleanup_free_ char *ename = moat_http_escape(h, name);
 	_cleanup_free_ char *sfx = NULL, *path = NULL, *what = NULL;
 	if (!ename || asprintf(&sfx, "/artifacts/%s", ename) < 0 ||
-	    !(path = ses_path_sfx(h, id, sfx)) || asprintf(&what, "%s %s", id, name) < 0)
+	    !(path = moat_http_path(h, "sessions", id, sfx)) ||
+	    asprintf(&what, "%s %s", id, name) < 0)
 		return client_fail(cmd, "out of memory");
 	/* any type: an artifact is whatever bytes the agent uploaded, maybe none */
 	return client_download(cmd, h, path, "*/*", vals[0] ? vals[0] : "-", true, what);

@@ -16,11 +16,7 @@
 
 static char *snap_path(struct moat_http *h, const char *ref)
 {
-	_cleanup_free_ char *er = moat_http_escape(h, ref);
-	char *p;
-	if (!er || asprintf(&p, "/v1/snapshots/%s", er) < 0)
-		return NULL;
-	return p;
+	return moat_http_path(h, "snapshots", ref, "");
 }
 
 /* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
@@ -49,8 +45,8 @@ static int snap_export(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	_cleanup_free_ char *er = moat_http_escape(h, ref), *path = NULL;
-	if (!er || asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
+	_cleanup_free_ char *path = moat_http_path(h, "snapshots", ref, "/export");
+	if (!path)
 		return client_fail(cmd, "out of memory");
 	return client_download(cmd, h, path, "application/x-tar", vals[0], false, ref);
 }
@@ -143,7 +139,7 @@ static int snap_ls(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	return client_list(cmd, "/v1/snapshots", "snapshots", vals[0] != NULL, print_snaps);
+	return client_list(cmd, "/v1/snapshots", NULL, "snapshots", vals[0] != NULL, print_snaps);
 }
 
 /* ---- moat snapshot rm / inspect ------------------------------------------- */

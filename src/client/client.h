@@ -5,6 +5,7 @@
 
 #include <moat/err.h>
 
+#include <getopt.h>
 #include <jansson.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -49,6 +50,16 @@ void client_help_footer(FILE *f);
 /* Report a getopt error ('?' or ':') for cmd; returns CLIENT_FAIL. */
 int client_bad_option(const char *cmd, int c, char **argv);
 
+/* A subcommand's options, permuted (they may follow its ids): --help
+ * prints help and the footer; every other option of opts[] goes into
+ * vals[i] (optarg, or "1" for a flag), opts[i] being its entry. When
+ * opts[0] is --output ('o'), -o is its short form. 1: help printed;
+ * 0: go on; CLIENT_FAIL: a bad option, said. */
+int client_parse(int argc, char **argv, const char *cmd, const char *help,
+		 const struct option *opts, const char **vals);
+/* opts for a command whose only option is --help (vals may be NULL). */
+extern const struct option client_help_only[];
+
 /* Read all of fd into a malloc'd, NUL-terminated buffer (at most cap
  * bytes; more is an error naming what). */
 int client_read_all(int fd, size_t cap, const char *what, char **out,
@@ -66,21 +77,37 @@ struct moat_http;
 /* o as indented JSON on stdout; CLIENT_FAIL (said) when it cannot be written. */
 int client_print_json(const char *cmd, json_t *o);
 
-/* GET path and print its list answer[key]: the JSON answer with as_json,
- * else print(list) (a table); errors name the server. */
-int client_list(const char *cmd, const char *path, const char *key, bool as_json,
-		int (*print)(json_t *list));
+/* ans[key], a string, on a line of stdout (the id a create answers with);
+ * an answer without it is an error naming the server h and what. 0, or
+ * CLIENT_FAIL (said). */
+int client_print_id(const char *cmd, struct moat_http *h, json_t *ans, const char *key,
+		    const char *what);
 
-/* GET path(h, name) and print the answer as JSON; errors name name. */
-int client_show(const char *cmd, struct moat_http *h, const char *name,
+/* GET path (with query: key, value, ..., NULL; or NULL) and print its list
+ * answer[key]: the JSON answer with as_json, else print(list) (a table);
+ * errors name the server. */
+int client_list(const char *cmd, const char *path, const char *const *query, const char *key,
+		bool as_json, int (*print)(json_t *list));
+
+/* GET path(h, name) from the server and print the answer as JSON; errors
+ * name name. */
+int client_show(const char *cmd, const char *name,
 		char *(*path)(struct moat_http *h, const char *name));
 
 /* DELETE path(h, name) for every name, each failure said naming it; stops
  * at the first that cannot reach the server. 0, or CLIENT_FAIL. */
-int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+int client_delete_each(const char *cmd, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name));
 
 /* Write n bytes to f; -1 with e filled on failure. */
 int client_write(FILE *f, const void *data, size_t n, struct moat_err *e);
+
+/* GET path (a streamed answer of type accept) into the file out, made
+ * whole or not at all (written to out.part, renamed once complete, removed
+ * on failure), or to stdout when out is "-". An answer with no body is an
+ * empty file when empty_ok, else an error; errors name what. 0, or
+ * CLIENT_FAIL (said). */
+int client_download(const char *cmd, struct moat_http *h, const char *path, const char *accept,
+		    const char *out, bool empty_ok, const char *what);
 
 #endif

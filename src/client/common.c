@@ -3,6 +3,8 @@
 #include "client.h"
 #include "http.h"
 
+#include "../base/cleanup.h"
+
 #include <errno.h>
 #include <getopt.h>
 #include <stdarg.h>
@@ -41,6 +43,31 @@ int client_bad_option(const char *cmd, int c, char **argv)
 		return client_fail(cmd, "unknown option '-%c' (see moat %s --help)", optopt, cmd);
 	return client_fail(cmd, "unknown option '%s' (see moat %s --help)", arg, cmd);
 }
+
+int client_parse(int argc, char **argv, const char *cmd, const char *help,
+		 const struct option *opts, const char **vals)
+{
+	bool has_o = opts[0].val == 'o';
+	optind = 0;
+	int c, idx = 0;
+	while ((c = getopt_long(argc, argv, has_o ? ":ho:" : ":h", opts, &idx)) != -1) {
+		if (c == 'h') {
+			fputs(help, stdout);
+			client_help_footer(stdout);
+			return 1;
+		}
+		if (c == '?' || c == ':')
+			return client_bad_option(cmd, c, argv);
+		/* -o leaves idx as it was: it is --output's, opts[0] */
+		if (c == 'o' && has_o)
+			vals[0] = optarg;
+		else
+			vals[idx] = optarg ? optarg : "1";
+	}
+	return 0;
+}
+
+const struct option client_help_only[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 
 int client_read_all(int fd, size_t cap, const char *what, char **out,
 		    size_t *len, struct moat_err *e)
@@ -128,11 +155,25 @@ int client_print_json(const char *cmd, json_t *o)
 	return 0;
 }
 
-int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n,
+int client_print_id(const char *cmd, struct moat_http *h, json_t *ans, const char *key,
+		    const char *what)
+{
+	const char *id = json_string_value(json_object_get(ans, key));
+	if (!id)
+		return client_fail(cmd, "the answer from %s has no %s", moat_http_url(h), what);
+	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
+		return client_fail(cmd, "write: %s", strerror(errno));
+	return 0;
+}
+
+int client_delete_each(const char *cmd, char **names, int n,
 		       char *(*path)(struct moat_http *h, const char *name))
 {
 	int r = 0;
 	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
 	for (int i = 0; i < n; i++) {
 		char *p = path(h, names[i]);
 		if (!p)
@@ -148,10 +189,13 @@ int client_delete_each(const char *cmd, struct moat_http *h, char **names, int n
 	return r;
 }
 
-int client_show(const char *cmd, struct moat_http *h, const char *name,
+int client_show(const char *cmd, const char *name,
 		char *(*path)(struct moat_http *h, const char *name))
 {
 	struct moat_err e = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
+	if (!h)
+		return client_fail_err(cmd, &e);
 	char *p = path(h, name);
 	json_t *ans = NULL;
 	if (!p)
@@ -165,13 +209,13 @@ int client_show(const char *cmd, struct moat_http *h, const char *name,
 	return rc;
 }
 
-int client_list(const char *cmd, const char *path, const char *key, bool as_json,
-		int (*print)(json_t *list))
+int client_list(const char *cmd, const char *path, const char *const *query, const char *key,
+		bool as_json, int (*print)(json_t *list))
 {
 	struct moat_err e = {0};
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	_cleanup_json_ json_t *ans = NULL;
-	if (!h || moat_http_json(h, "GET", path, NULL, NULL, &ans, &e) < 0)
+	if (!h || moat_http_json(h, "GET", path, query, NULL, &ans, &e) < 0)
 		return client_fail_err(cmd, &e);
 	json_t *list = json_object_get(ans, key);
 	if (!json_is_array(list))
@@ -181,4 +225,43 @@ int client_list(const char *cmd, const char *path, const char *key, bool as_json
 	if (print(list) < 0 || fflush(stdout) != 0)
 		return client_fail(cmd, "write: %s", strerror(errno));
 	return 0;
+}
+
+static int sink_file(void *f, const char *data, size_t n, struct moat_err *e)
+{
+	return client_write(f, data, n, e);
+}
+
+int client_download(const char *cmd, struct moat_http *h, const char *path, const char *accept,
+		    const char *out, bool empty_ok, const char *what)
+{
+	bool to_stdout = !strcmp(out, "-");
+	_cleanup_free_ char *part = NULL;
+	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
+		return client_fail(cmd, "out of memory");
+	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
+	if (!f)
+		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	struct moat_err e = {0};
+	struct moat_http_req rq = {.method = "GET", .path = path, .accept = accept,
+				   .sink = sink_file, .sink_arg = f};
+	struct moat_http_resp rs = {0};
+	int r = 0;
+	if (moat_http_do(h, &rq, &rs, &e) < 0)
+		r = client_fail(cmd, "%s: %s", what, e.msg);
+	else if (!rs.streamed && (!empty_ok || rs.status / 100 != 2))
+		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", what, e.msg));
+	else if (!rs.streamed && client_write(f, rs.body, rs.len, &e) < 0)
+		r = client_fail(cmd, "%s: %s", to_stdout ? "stdout" : part, e.msg);
+	moat_http_resp_free(&rs);
+	if (to_stdout)
+		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
+								    strerror(errno)) : r;
+	if (fclose(f) != 0 && r == 0)
+		r = client_fail(cmd, "%s: %s", part, strerror(errno));
+	if (r == 0 && rename(part, out) != 0)
+		r = client_fail(cmd, "%s: %s", out, strerror(errno));
+	if (r != 0)
+		unlink(part);
+	return r;
 }

@@ -432,11 +432,17 @@ int moat_http_json(struct moat_http *h, const char *method, const char *path,
 	return r;
 }
 
-char *moat_http_sandbox_path(struct moat_http *h, const char *id, const char *suffix)
+char *moat_http_path(struct moat_http *h, const char *collection, const char *id,
+		     const char *suffix)
 {
 	_cleanup_free_ char *eid = moat_http_escape(h, id);
 	char *p;
-	if (!eid || asprintf(&p, "/v1/sandboxes/%s%s", eid, suffix) < 0)
+	if (!eid || asprintf(&p, "/v1/%s/%s%s", collection, eid, suffix) < 0)
 		return NULL;
 	return p;
+}
+
+char *moat_http_sandbox_path(struct moat_http *h, const char *id, const char *suffix)
+{
+	return moat_http_path(h, "sandboxes", id, suffix);
 }

@@ -47,7 +47,10 @@ bool moat_http_is_stream(CURL *c, const char *type);
 bool moat_http_buf_add(char **buf, size_t *len, size_t *cap, const char *data, size_t n,
 		       size_t max);
 
-/* "/v1/sandboxes/<id, escaped><suffix>", malloc'd; NULL on OOM. */
+/* "/v1/<collection>/<id, escaped><suffix>", malloc'd; NULL on OOM. */
+char *moat_http_path(struct moat_http *h, const char *collection, const char *id,
+		     const char *suffix);
+/* The same in /v1/sandboxes. */
 char *moat_http_sandbox_path(struct moat_http *h, const char *id, const char *suffix);
 
 /* Percent-encoded copy of s (a path segment or query value); NULL on OOM. */

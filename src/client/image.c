@@ -57,11 +57,7 @@ static int simple_opts(int argc, char **argv, const char *cmd, const char *help,
 /* "/v1/images/<name, one escaped segment>" (malloc'd; NULL on OOM). */
 static char *image_path(struct moat_http *h, const char *name)
 {
-	_cleanup_free_ char *en = moat_http_escape(h, name);
-	char *p;
-	if (!en || asprintf(&p, "/v1/images/%s", en) < 0)
-		return NULL;
-	return p;
+	return moat_http_path(h, "images", name, "");
 }
 
 /* "1.5 MB" style size into buf. */
@@ -136,7 +132,7 @@ static int image_ls(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	return client_list(cmd, "/v1/images", "images", as_json, print_images);
+	return client_list(cmd, "/v1/images", NULL, "images", as_json, print_images);
 }
 
 static int image_inspect(int argc, char **argv)
@@ -150,11 +146,7 @@ static int image_inspect(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one image name (usage: moat image inspect NAME)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], image_path);
+	return client_show(cmd, argv[optind], image_path);
 }
 
 static int image_rm(int argc, char **argv)
@@ -168,11 +160,7 @@ static int image_rm(int argc, char **argv)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no image given (usage: moat image rm NAME...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, image_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, image_path);
 }
 
 int moat_client_image(int argc, char **argv)

@@ -219,12 +219,7 @@ int moat_client_create(int argc, char **argv)
 	_cleanup_json_ json_t *ans = NULL;
 	if (moat_http_json(h, "POST", "/v1/sandboxes", NULL, body, &ans, &e) < 0)
 		return client_fail_err(cmd, &e);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no sandbox id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "sandbox id");
 }
 
 /* ---- ls -------------------------------------------------------------- */
@@ -371,7 +366,6 @@ static char *sandbox_path(struct moat_http *h, const char *id)
 int moat_client_rm(int argc, char **argv)
 {
 	const char *cmd = "rm";
-	struct moat_err e = {0};
 	optind = 0;
 	static const struct option opts[] = {{"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
 	int c;
@@ -385,8 +379,5 @@ int moat_client_rm(int argc, char **argv)
 	}
 	if (optind >= argc)
 		return client_fail(cmd, "no sandbox id given (usage: moat rm ID...)");
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, sandbox_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, sandbox_path);
 }

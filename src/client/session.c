@@ -38,66 +38,24 @@ static const char session_help[] =
 	"conversation and moves files through one-time URLs; the daemon holds\n"
 	"every credential. `moat session <command> --help` tells more.\n";
 
-/* Parse --help (printing help) and opts[] other than it into vals[i]
- * (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
-static int parse(int argc, char **argv, const char *cmd, const char *help,
-		 const struct option *opts, const char **vals)
-{
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: options may follow the id */
-	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs(help, stdout);
-			client_help_footer(stdout);
-			return 1;
-		}
-		if (c == '?' || c == ':')
-			return client_bad_option(cmd, c, argv);
-		if (c == 'o') {
-			/* -o: the short form of --output, for the commands that have it */
-			if (opts[0].val != 'o')
-				return client_fail(cmd, "unknown option '-o' (see moat %s --help)",
-						   cmd);
-			vals[0] = optarg;
-			continue;
-		}
-		vals[idx] = optarg ? optarg : "1";
-	}
-	return 0;
-}
-
-static const struct option help_only[] = {{"help", no_argument, NULL, 'h'},
-					  {NULL, 0, NULL, 0}};
-
-/* "/v1/sessions/<id, escaped><suffix>", malloc'd; NULL on OOM. */
-static char *ses_path_sfx(struct moat_http *h, const char *id, const char *suffix)
-{
-	_cleanup_free_ char *eid = moat_http_escape(h, id);
-	char *p;
-	if (!eid || asprintf(&p, "/v1/sessions/%s%s", eid, suffix) < 0)
-		return NULL;
-	return p;
-}
-
 static char *ses_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "");
+	return moat_http_path(h, "sessions", id, "");
 }
 
 static char *ses_path_purge(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "?purge=true");
+	return moat_http_path(h, "sessions", id, "?purge=true");
 }
 
 static char *ses_usage_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "/usage");
+	return moat_http_path(h, "sessions", id, "/usage");
 }
 
 static char *ses_conv_path(struct moat_http *h, const char *id)
 {
-	return ses_path_sfx(h, id, "/conversation");
+	return moat_http_path(h, "sessions", id, "/conversation");
 }
 
 /* Whole number in [1, max] for opt. */
@@ -349,12 +307,7 @@ static int ses_create(int argc, char **argv)
 		return client_fail_err(cmd, &e);
 	if (as_json)
 		return client_print_json(cmd, ans);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no session id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "session id");
 }
 
 /* ---- ls ------------------------------------------------------------------- */
@@ -399,27 +352,18 @@ static int ses_ls(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[3] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session ls [--json] [--state STATE]\n\n"
-		      "List the sessions of moat serve.\n\n"
-		      "      --json          print the server's JSON answer\n"
-		      "      --state STATE   only sessions in STATE: running, exited or ended\n",
-		      opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session ls [--json] [--state STATE]\n\n"
+			     "List the sessions of moat serve.\n\n"
+			     "      --json          print the server's JSON answer\n"
+			     "      --state STATE   only sessions in STATE: running, exited or ended\n",
+			     opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	_cleanup_free_ char *path = NULL;
-	if (vals[1]) {
-		struct moat_err e = {0};
-		_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-		if (!h)
-			return client_fail_err(cmd, &e);
-		_cleanup_free_ char *es = moat_http_escape(h, vals[1]);
-		if (!es || asprintf(&path, "/v1/sessions?state=%s", es) < 0)
-			return client_fail(cmd, "out of memory");
-	}
-	return client_list(cmd, path ? path : "/v1/sessions", "sessions", vals[0] != NULL,
-			   print_sessions);
+	const char *const query[] = {"state", vals[1], NULL};
+	return client_list(cmd, "/v1/sessions", vals[1] ? query : NULL, "sessions",
+			   vals[0] != NULL, print_sessions);
 }
 
 /* ---- show / usage / conversation (JSON) ------------------------------------ */
@@ -427,16 +371,12 @@ static int ses_ls(int argc, char **argv)
 static int ses_get(int argc, char **argv, const char *cmd, const char *help,
 		   char *(*path)(struct moat_http *h, const char *id))
 {
-	int r = parse(argc, argv, cmd, help, help_only, NULL);
+	int r = client_parse(argc, argv, cmd, help, client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one session id (see moat %s --help)", cmd);
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], path);
+	return client_show(cmd, argv[optind], path);
 }
 
 /* ---- rm ------------------------------------------------------------------- */
@@ -448,20 +388,16 @@ static int ses_rm(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session rm ID... [--purge]\n\n"
-		      "End sessions: their sandboxes are deleted and their tokens revoked;\n"
-		      "the record, conversation and artifacts stay (moat session show).\n\n"
-		      "      --purge   remove the conversation and the artifacts too\n",
-		      opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session rm ID... [--purge]\n\n"
+			     "End sessions: their sandboxes are deleted and their tokens revoked;\n"
+			     "the record, conversation and artifacts stay (moat session show).\n\n"
+			     "      --purge   remove the conversation and the artifacts too\n",
+			     opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no session given (usage: moat session rm ID...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind,
+	return client_delete_each(cmd, argv + optind, argc - optind,
 				  vals[0] ? ses_path_purge : ses_path);
 }
 
@@ -474,11 +410,11 @@ static int ses_restart(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session restart ID [--json]\n\n"
-		      "Give the session a fresh sandbox (the old one is deleted) with its\n"
-		      "agent started again and a new token; the conversation, usage and\n"
-		      "artifacts carry on. Prints the new sandbox's id.\n\n"
-		      "      --json   print the session object instead\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session restart ID [--json]\n\n"
+			     "Give the session a fresh sandbox (the old one is deleted) with its\n"
+			     "agent started again and a new token; the conversation, usage and\n"
+			     "artifacts carry on. Prints the new sandbox's id.\n\n"
+			     "      --json   print the session object instead\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -488,7 +424,7 @@ static int ses_restart(int argc, char **argv)
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
-	_cleanup_free_ char *path = ses_path_sfx(h, id, "/restart");
+	_cleanup_free_ char *path = moat_http_path(h, "sessions", id, "/restart");
 	_cleanup_json_ json_t *ans = NULL;
 	if (!path)
 		return client_fail(cmd, "out of memory");
@@ -496,12 +432,7 @@ static int ses_restart(int argc, char **argv)
 		return client_fail(cmd, "%s: %s", id, e.msg);
 	if (vals[0])
 		return client_print_json(cmd, ans);
-	const char *sb = json_string_value(json_object_get(ans, "sandbox_id"));
-	if (!sb)
-		return client_fail(cmd, "the answer from %s has no sandbox id", moat_http_url(h));
-	if (printf("%s\n", sb) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "sandbox_id", "sandbox id");
 }
 
 /* ---- artifacts / artifact-get --------------------------------------------- */
@@ -532,9 +463,9 @@ static int ses_artifacts(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session artifacts ID [--json]\n\n"
-		      "List the files the session's agent uploaded (one-time URLs).\n\n"
-		      "      --json   print the server's JSON answer\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session artifacts ID [--json]\n\n"
+			     "List the files the session's agent uploaded (one-time URLs).\n\n"
+			     "      --json   print the server's JSON answer\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -545,15 +476,10 @@ static int ses_artifacts(int argc, char **argv)
 		_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 		if (!h)
 			return client_fail_err(cmd, &e);
-		if (!(path = ses_path_sfx(h, argv[optind], "/artifacts")))
+		if (!(path = moat_http_path(h, "sessions", argv[optind], "/artifacts")))
 			return client_fail(cmd, "out of memory");
 	}
-	return client_list(cmd, path, "artifacts", vals[0] != NULL, print_artifacts);
-}
-
-static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
-{
-	return client_write(arg, data, n, e);
+	return client_list(cmd, path, NULL, "artifacts", vals[0] != NULL, print_artifacts);
 }
 
 static int ses_artifact_get(int argc, char **argv)
@@ -563,55 +489,28 @@ static int ses_artifact_get(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat session artifact-get ID NAME [-o FILE]\n\n"
-		      "Write one of the session's artifacts to FILE (made whole or not at\n"
-		      "all), or to stdout.\n\n"
-		      "  -o, --output FILE   where (default and -: stdout)\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat session artifact-get ID NAME [-o FILE]\n\n"
+			     "Write one of the session's artifacts to FILE (made whole or not at\n"
+			     "all), or to stdout.\n\n"
+			     "  -o, --output FILE   where (default and -: stdout)\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 2 != argc)
 		return client_fail(cmd, "expected a session id and an artifact name (usage: moat "
 				   "session artifact-get ID NAME [-o FILE])");
 	const char *id = argv[optind], *name = argv[optind + 1];
-	const char *out = vals[0] ? vals[0] : "-";
-	bool to_stdout = !strcmp(out, "-");
-	_cleanup_free_ char *part = NULL;
-	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
-		return client_fail(cmd, "out of memory");
 	struct moat_err e = {0};
 	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
 		return client_fail_err(cmd, &e);
 	_cleanup_free_ char *ename = moat_http_escape(h, name);
-	_cleanup_free_ char *sfx = NULL, *path = NULL;
+	_cleanup_free_ char *sfx = NULL, *path = NULL, *what = NULL;
 	if (!ename || asprintf(&sfx, "/artifacts/%s", ename) < 0 ||
-	    !(path = ses_path_sfx(h, id, sfx)))
+	    !(path = moat_http_path(h, "sessions", id, sfx)) ||
+	    asprintf(&what, "%s %s", id, name) < 0)
 		return client_fail(cmd, "out of memory");
-	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
-	if (!f)
-		return client_fail(cmd, "%s: %s", part, strerror(errno));
-	/* any type: an artifact is whatever bytes the agent uploaded */
-	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "*/*",
-				   .sink = to_file, .sink_arg = f};
-	struct moat_http_resp rs = {0};
-	r = 0;
-	if (moat_http_do(h, &rq, &rs, &e) < 0)
-		r = client_fail(cmd, "%s %s: %s", id, name, e.msg);
-	else if (!rs.streamed && rs.status / 100 != 2)
-		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s %s: %s", id, name, e.msg));
-	else if (!rs.streamed && client_write(f, rs.body, rs.len, &e) < 0)
-		r = client_fail(cmd, "%s: %s", to_stdout ? "stdout" : part, e.msg);
-	moat_http_resp_free(&rs);
-	if (to_stdout)
-		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
-								    strerror(errno)) : r;
-	if (fclose(f) != 0 && r == 0)
-		r = client_fail(cmd, "%s: %s", part, strerror(errno));
-	if (r == 0 && rename(part, out) != 0)
-		r = client_fail(cmd, "%s: %s", out, strerror(errno));
-	if (r != 0)
-		unlink(part);
-	return r;
+	/* any type: an artifact is whatever bytes the agent uploaded, maybe none */
+	return client_download(cmd, h, path, "*/*", vals[0] ? vals[0] : "-", true, what);
 }
 
 /* ---- dispatch ------------------------------------------------------------- */

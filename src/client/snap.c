@@ -13,49 +13,15 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
-
-/* Parse --help (printing help) and the options opts[] other than it into
- * vals[i] (optarg or "1"). 1: help printed; 0: go on; CLIENT_FAIL. */
-static int parse(int argc, char **argv, const char *cmd, const char *help,
-		 const struct option *opts, const char **vals)
-{
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: options may follow the ids */
-	while ((c = getopt_long(argc, argv, ":h", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs(help, stdout);
-			client_help_footer(stdout);
-			return 1;
-		}
-		if (c == '?' || c == ':')
-			return client_bad_option(cmd, c, argv);
-		vals[idx] = optarg ? optarg : "1";
-	}
-	return 0;
-}
-
-static const struct option help_only[] = {{"help", no_argument, NULL, 'h'},
-					  {NULL, 0, NULL, 0}};
 
 static char *snap_path(struct moat_http *h, const char *ref)
 {
-	_cleanup_free_ char *er = moat_http_escape(h, ref);
-	char *p;
-	if (!er || asprintf(&p, "/v1/snapshots/%s", er) < 0)
-		return NULL;
-	return p;
+	return moat_http_path(h, "snapshots", ref, "");
 }
 
 /* ---- moat snapshot SANDBOX [--name N] ------------------------------------- */
 
 /* ---- moat snapshot export SID -o FILE ------------------------------------ */
-
-static int to_file(void *arg, const char *data, size_t n, struct moat_err *e)
-{
-	return client_write(arg, data, n, e);
-}
 
 static int snap_export(int argc, char **argv)
 {
@@ -64,65 +30,25 @@ static int snap_export(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	optind = 0;
-	int c, idx = 0;
-	/* permuted: -o may follow the id */
-	while ((c = getopt_long(argc, argv, ":ho:", opts, &idx)) != -1) {
-		if (c == 'h') {
-			fputs("usage: moat snapshot export ID|NAME -o FILE\n\n"
-			      "Write a snapshot as an OCI archive (its image's layers and the\n"
-			      "snapshot's changes as one more layer) to FILE, made whole or not at\n"
-			      "all; `moat image import FILE` on another host brings it back.\n\n"
-			      "  -o, --output FILE   where (- for stdout)\n", stdout);
-			client_help_footer(stdout);
-			return 0;
-		}
-		if (c == 'o')
-			vals[0] = optarg;
-		else
-			return client_bad_option(cmd, c, argv);
-	}
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot export ID|NAME -o FILE\n\n"
+			     "Write a snapshot as an OCI archive (its image's layers and the\n"
+			     "snapshot's changes as one more layer) to FILE, made whole or not at\n"
+			     "all; `moat image import FILE` on another host brings it back.\n\n"
+			     "  -o, --output FILE   where (- for stdout)\n", opts, vals);
+	if (r)
+		return r == 1 ? 0 : r;
 	if (optind + 1 != argc || !vals[0] || !*vals[0])
 		return client_fail(cmd, "expected a snapshot and -o FILE (usage: moat snapshot "
 				   "export ID -o FILE)");
-	const char *ref = argv[optind], *out = vals[0];
-	bool to_stdout = !strcmp(out, "-");
-	_cleanup_free_ char *part = NULL;
-	if (!to_stdout && asprintf(&part, "%s.part", out) < 0)
-		return client_fail(cmd, "out of memory");
-	FILE *f = to_stdout ? stdout : fopen(part, "wxe");
-	if (!f)
-		return client_fail(cmd, "%s: %s", part, strerror(errno));
+	const char *ref = argv[optind];
 	struct moat_err e = {0};
-	int r = 0;
-	struct moat_http *h = moat_http_new(&e);
-	_cleanup_free_ char *er = h ? moat_http_escape(h, ref) : NULL;
-	_cleanup_free_ char *path = NULL;
-	if (er && asprintf(&path, "/v1/snapshots/%s/export", er) < 0)
-		path = NULL;
-	struct moat_http_req rq = {.method = "GET", .path = path, .accept = "application/x-tar",
-				   .sink = to_file, .sink_arg = f};
-	struct moat_http_resp rs = {0};
+	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
 	if (!h)
-		r = client_fail_err(cmd, &e);
-	else if (!path)
-		r = client_fail(cmd, "out of memory");
-	else if (moat_http_do(h, &rq, &rs, &e) < 0)
-		r = client_fail(cmd, "%s: %s", ref, e.msg);
-	else if (!rs.streamed)
-		r = (moat_http_error(&rs, &e), client_fail(cmd, "%s: %s", ref, e.msg));
-	moat_http_resp_free(&rs);
-	moat_http_free(h);
-	if (to_stdout)
-		return r == 0 && fflush(stdout) != 0 ? client_fail(cmd, "write: %s",
-								    strerror(errno)) : r;
-	if (fclose(f) != 0 && r == 0)
-		r = client_fail(cmd, "%s: %s", part, strerror(errno));
-	if (r == 0 && rename(part, out) != 0)
-		r = client_fail(cmd, "%s: %s", out, strerror(errno));
-	if (r != 0)
-		unlink(part);
-	return r;
+		return client_fail_err(cmd, &e);
+	_cleanup_free_ char *path = moat_http_path(h, "snapshots", ref, "/export");
+	if (!path)
+		return client_fail(cmd, "out of memory");
+	return client_download(cmd, h, path, "application/x-tar", vals[0], false, ref);
 }
 
 static const char snapshot_help[] =
@@ -149,7 +75,7 @@ static int snap_take(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, snapshot_help, opts, vals);
+	int r = client_parse(argc, argv, cmd, snapshot_help, opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -168,12 +94,7 @@ static int snap_take(int argc, char **argv)
 		return client_fail(cmd, "out of memory");
 	if (moat_http_json(h, "POST", path, NULL, body, &ans, &e) < 0)
 		return client_fail(cmd, "%s: %s", argv[optind], e.msg);
-	const char *id = json_string_value(json_object_get(ans, "id"));
-	if (!id)
-		return client_fail(cmd, "the answer from %s has no snapshot id", moat_http_url(h));
-	if (printf("%s\n", id) < 0 || fflush(stdout) != 0)
-		return client_fail(cmd, "write: %s", strerror(errno));
-	return 0;
+	return client_print_id(cmd, h, ans, "id", "snapshot id");
 }
 
 /* ---- moat snapshot ls [--json] -------------------------------------------- */
@@ -215,14 +136,14 @@ static int snap_ls(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat snapshot ls [--json]\n\n"
-		      "List the snapshots of moat serve.\n\n"
-		      "      --json   print the server's JSON answer\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot ls [--json]\n\n"
+			     "List the snapshots of moat serve.\n\n"
+			     "      --json   print the server's JSON answer\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind < argc)
 		return client_fail(cmd, "unexpected argument '%s'", argv[optind]);
-	return client_list(cmd, "/v1/snapshots", "snapshots", vals[0] != NULL, print_snaps);
+	return client_list(cmd, "/v1/snapshots", NULL, "snapshots", vals[0] != NULL, print_snaps);
 }
 
 /* ---- moat snapshot rm / inspect ------------------------------------------- */
@@ -230,34 +151,26 @@ static int snap_ls(int argc, char **argv)
 static int snap_rm(int argc, char **argv)
 {
 	const char *cmd = "snapshot rm";
-	int r = parse(argc, argv, cmd, "usage: moat snapshot rm ID|NAME...\n\n"
-		      "Remove snapshots (sandboxes made from them keep their files).\n",
-		      help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot rm ID|NAME...\n\n"
+			     "Remove snapshots (sandboxes made from them keep their files).\n",
+			     client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind >= argc)
 		return client_fail(cmd, "no snapshot given (usage: moat snapshot rm ID...)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_delete_each(cmd, h, argv + optind, argc - optind, snap_path);
+	return client_delete_each(cmd, argv + optind, argc - optind, snap_path);
 }
 
 static int snap_inspect(int argc, char **argv)
 {
 	const char *cmd = "snapshot inspect";
-	int r = parse(argc, argv, cmd, "usage: moat snapshot inspect ID|NAME\n\n"
-		      "Print a snapshot as JSON.\n", help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat snapshot inspect ID|NAME\n\n"
+			     "Print a snapshot as JSON.\n", client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
 		return client_fail(cmd, "expected one snapshot (usage: moat snapshot inspect ID)");
-	struct moat_err e = {0};
-	_cleanup_http_ struct moat_http *h = moat_http_new(&e);
-	if (!h)
-		return client_fail_err(cmd, &e);
-	return client_show(cmd, h, argv[optind], snap_path);
+	return client_show(cmd, argv[optind], snap_path);
 }
 
 int moat_client_snapshot(int argc, char **argv)
@@ -288,11 +201,11 @@ int moat_client_fork(int argc, char **argv)
 					     {"help", no_argument, NULL, 'h'},
 					     {NULL, 0, NULL, 0}};
 	const char *vals[2] = {0};
-	int r = parse(argc, argv, cmd, "usage: moat fork ID [--count N]\n\n"
-		      "Make N new sandboxes (default 1, at most 32, all or none) whose files\n"
-		      "start as copies of sandbox ID's now, and print their ids, one a line.\n"
-		      "Processes are not copied: the new sandboxes start with none.\n\n"
-		      "      --count N   how many\n", opts, vals);
+	int r = client_parse(argc, argv, cmd, "usage: moat fork ID [--count N]\n\n"
+			     "Make N new sandboxes (default 1, at most 32, all or none) whose files\n"
+			     "start as copies of sandbox ID's now, and print their ids, one a line.\n"
+			     "Processes are not copied: the new sandboxes start with none.\n\n"
+			     "      --count N   how many\n", opts, vals);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 1 != argc)
@@ -334,9 +247,9 @@ int moat_client_fork(int argc, char **argv)
 int moat_client_restore(int argc, char **argv)
 {
 	const char *cmd = "restore";
-	int r = parse(argc, argv, cmd, "usage: moat restore ID SNAPSHOT\n\n"
-		      "Replace sandbox ID's files with those of SNAPSHOT (an id or a name).\n"
-		      "Its processes are restarted: what ran is stopped.\n", help_only, NULL);
+	int r = client_parse(argc, argv, cmd, "usage: moat restore ID SNAPSHOT\n\n"
+			     "Replace sandbox ID's files with those of SNAPSHOT (an id or a name).\n"
+			     "Its processes are restarted: what ran is stopped.\n", client_help_only, NULL);
 	if (r)
 		return r == 1 ? 0 : r;
 	if (optind + 2 != argc)

@@ -604,12 +604,6 @@ static void h_ps(struct evhttp_request *req, struct box *b)
 
 /* ---- routing ------------------------------------------------------------------- */
 
-static void not_allowed(struct evhttp_request *req)
-{
-	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
-		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
-}
-
 uint64_t api_body_limit(enum evhttp_cmd_type m, const char *path)
 {
 	/* PUT /v1/sandboxes/ID/files and /archive take raw bodies; every
@@ -655,7 +649,7 @@ void api_route(struct evhttp_request *req)
 		seg[n++] = s;
 	if (n == 1 && (!strcmp(seg[0], "healthz") || !strcmp(seg[0], "metrics")) &&
 	    m != EVHTTP_REQ_GET && m != EVHTTP_REQ_HEAD) {
-		not_allowed(req);
+		http_not_allowed(req);
 		return;
 	}
 	if (n == 1 && !strcmp(seg[0], "healthz")) {
@@ -686,12 +680,7 @@ void api_route(struct evhttp_request *req)
 		return;
 	}
 	if (n == 2) {
-		if (m == EVHTTP_REQ_POST)
-			h_create(req);
-		else if (m == EVHTTP_REQ_GET)
-			h_list(req);
-		else
-			not_allowed(req);
+		http_collection(req, h_create, h_list);
 		return;
 	}
 	struct box *b = box_find(seg[2]);
@@ -707,7 +696,7 @@ void api_route(struct evhttp_request *req)
 			core_delete(b);
 			http_no_content(req);
 		} else {
-			not_allowed(req);
+			http_not_allowed(req);
 		}
 		return;
 	}
@@ -715,27 +704,27 @@ void api_route(struct evhttp_request *req)
 	if (api_snap_box_route(req, b, what, n))
 		return;
 	if (!strcmp(what, "exec") && n == 4)
-		m == EVHTTP_REQ_POST ? h_exec(req, b) : not_allowed(req);
+		m == EVHTTP_REQ_POST ? h_exec(req, b) : http_not_allowed(req);
 	else if (!strcmp(what, "processes") && n == 4)
-		m == EVHTTP_REQ_GET ? h_ps(req, b) : not_allowed(req);
+		m == EVHTTP_REQ_GET ? h_ps(req, b) : http_not_allowed(req);
 	else if (!strcmp(what, "processes") && n == 6 && !strcmp(seg[5], "stdin"))
-		m == EVHTTP_REQ_POST ? h_stdin(req, b, seg[4]) : not_allowed(req);
+		m == EVHTTP_REQ_POST ? h_stdin(req, b, seg[4]) : http_not_allowed(req);
 	else if (!strcmp(what, "processes") && n == 6 && !strcmp(seg[5], "attach"))
 		attach_route(req, b, seg[4]);
 	else if (!strcmp(what, "processes") && n == 5)
-		m == EVHTTP_REQ_DELETE ? h_signal(req, b, seg[4]) : not_allowed(req);
+		m == EVHTTP_REQ_DELETE ? h_signal(req, b, seg[4]) : http_not_allowed(req);
 	else if (!strcmp(what, "files") && (n == 4 || n == 5))
 		h_files(req, b, n == 5 ? seg[4] : NULL);
 	else if (!strcmp(what, "patch") && n == 4)
-		m == EVHTTP_REQ_POST ? h_patch(req, b) : not_allowed(req);
+		m == EVHTTP_REQ_POST ? h_patch(req, b) : http_not_allowed(req);
 	else if (!strcmp(what, "image") && n == 4)
-		m == EVHTTP_REQ_GET ? h_image(req, b) : not_allowed(req);
+		m == EVHTTP_REQ_GET ? h_image(req, b) : http_not_allowed(req);
 	else if (!strcmp(what, "netlog") && n == 4)
-		m == EVHTTP_REQ_GET ? h_netlog(req, b) : not_allowed(req);
+		m == EVHTTP_REQ_GET ? h_netlog(req, b) : http_not_allowed(req);
 	else if ((!strcmp(what, "pause") || !strcmp(what, "resume")) && n == 4)
 		api_life_route(req, b, what);
 	else if (!strcmp(what, "archive") && n == 4)
-		(m == EVHTTP_REQ_GET || m == EVHTTP_REQ_PUT) ? h_archive(req, b) : not_allowed(req);
+		(m == EVHTTP_REQ_GET || m == EVHTTP_REQ_PUT) ? h_archive(req, b) : http_not_allowed(req);
 	else
 		http_error(req, 404, "not_found", "no such route: %.200s", path);
 }

@@ -316,31 +316,6 @@ static int body_name(json_t *body, bool with_size, const char **name, struct cor
 	return 0;
 }
 
-/* The JSON body, with NUL allowed in strings so that a name holding one
- * is refused by the name check, naming it, rather than as malformed. */
-static json_t *body_json(struct evhttp_request *req)
-{
-	size_t len;
-	const char *p = http_body(req, &len);
-	if (len > HTTP_MAX_JSON_BODY) {
-		http_error(req, 413, "too_large", "JSON body over %u MiB", HTTP_MAX_JSON_BODY >> 20);
-		return NULL;
-	}
-	json_error_t je;
-	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES | JSON_ALLOW_NUL, &je);
-	if (!j) {
-		http_error(req, 400, "invalid_request", "malformed JSON body: %s (line %d, column %d)",
-			   je.text, je.line, je.column);
-		return NULL;
-	}
-	if (!json_is_object(j)) {
-		json_decref(j);
-		http_error(req, 400, "invalid_request", "the body must be a JSON object");
-		return NULL;
-	}
-	return j;
-}
-
 static void h_url(struct evhttp_request *req, struct session *s, enum ticket_op op)
 {
 	struct core_err e = {0};
@@ -349,7 +324,9 @@ static void h_url(struct evhttp_request *req, struct session *s, enum ticket_op 
 		http_error(req, 500, "internal", "session id %.80s cannot name a store", sid);
 		return;
 	}
-	json_t *body = body_json(req);
+	/* NUL allowed in strings: a name holding one is refused by the name
+	 * check, naming it, rather than as malformed JSON */
+	json_t *body = http_body_json_flags(req, false, JSON_ALLOW_NUL);
 	if (!body)
 		return;
 	const char *name = NULL;

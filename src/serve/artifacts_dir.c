@@ -21,6 +21,7 @@
 #define _GNU_SOURCE
 #include "artifacts.h"
 #include "artifacts_store.h"
+#include "jfield.h"
 
 #include "../base/cleanup.h"
 #include "../base/own.h"
@@ -57,13 +58,9 @@ struct artifacts_put {
 
 int artifacts_fail(struct core_err *e, int status, const char *code, const char *fmt, ...)
 {
-	if (!e)
-		return -1;
-	e->status = status;
-	snprintf(e->code, sizeof e->code, "%s", code);
 	va_list ap;
 	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
+	cerr_va(e, status, code, fmt, ap);
 	va_end(ap);
 	return -1;
 }

@@ -59,7 +59,7 @@ extern const struct artifacts_backend artifacts_dir_backend;
 
 /* A session id that can name a directory: 1..64 of [A-Za-z0-9_-]. */
 bool artifacts_sid_ok(const char *sid);
-/* core_err helper shared by the backends: printf into e. Returns -1. */
+/* core_err helper shared by the backends: cerr (jfield.h), then -1. */
 int artifacts_fail(struct core_err *e, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 

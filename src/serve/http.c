@@ -109,6 +109,24 @@ void http_accepted(struct evhttp_request *req)
 	count(202, 0);
 }
 
+void http_not_allowed(struct evhttp_request *req)
+{
+	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
+		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
+}
+
+void http_collection(struct evhttp_request *req, void (*create)(struct evhttp_request *req),
+		     void (*list)(struct evhttp_request *req))
+{
+	enum evhttp_cmd_type m = evhttp_request_get_command(req);
+	if (m == EVHTTP_REQ_POST)
+		create(req);
+	else if (m == EVHTTP_REQ_GET)
+		list(req);
+	else
+		http_not_allowed(req);
+}
+
 static int status_of(const char *code)
 {
 	static const struct {
@@ -158,6 +176,11 @@ const char *http_body(struct evhttp_request *req, size_t *len)
 
 json_t *http_body_json(struct evhttp_request *req, bool empty_ok)
 {
+	return http_body_json_flags(req, empty_ok, 0);
+}
+
+json_t *http_body_json_flags(struct evhttp_request *req, bool empty_ok, size_t flags)
+{
 	size_t len;
 	const char *p = http_body(req, &len);
 	if (len > MAX_JSON_BODY) {
@@ -167,7 +190,7 @@ json_t *http_body_json(struct evhttp_request *req, bool empty_ok)
 	if (!len && empty_ok)
 		return json_object();
 	json_error_t je;
-	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES, &je);
+	json_t *j = json_loadb(p, len, JSON_REJECT_DUPLICATES | flags, &je);
 	if (!j) {
 		http_error(req, 400, "invalid_request", "malformed JSON body: %s (line %d, column %d)",
 			   je.text, je.line, je.column);

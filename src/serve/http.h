@@ -77,10 +77,19 @@ void http_raw(struct evhttp_request *req, int status, const char *ctype, const v
 void http_no_content(struct evhttp_request *req);
 /* 202 without a body (the MCP door's answer to a notification). */
 void http_accepted(struct evhttp_request *req);
+/* 405 naming the request's path. */
+void http_not_allowed(struct evhttp_request *req);
+/* A collection's own path (/v1/sandboxes, /v1/sessions): POST is create,
+ * GET is list, any other method 405. */
+void http_collection(struct evhttp_request *req, void (*create)(struct evhttp_request *req),
+		     void (*list)(struct evhttp_request *req));
 
 /* The body as JSON (an object); NULL after answering 400/413. An empty
  * body is {} when empty_ok. */
 json_t *http_body_json(struct evhttp_request *req, bool empty_ok);
+/* The same with jansson's decoding flags (JSON_REJECT_DUPLICATES and
+ * flags, e.g. JSON_ALLOW_NUL). */
+json_t *http_body_json_flags(struct evhttp_request *req, bool empty_ok, size_t flags);
 /* The raw body: pointer into a linearised buffer (valid until reply). */
 const char *http_body(struct evhttp_request *req, size_t *len);
 

@@ -9,18 +9,23 @@
 #include <stdio.h>
 #include <string.h>
 
-void cerr(struct core_err *e, int status, const char *code, const char *fmt, ...)
+void cerr_va(struct core_err *e, int status, const char *code, const char *fmt, va_list ap)
 {
 	if (!e)
 		return;
 	e->status = status;
 	snprintf(e->code, sizeof e->code, "%s", code);
-	va_list ap;
-	va_start(ap, fmt);
 	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-	va_end(ap);
 	/* a message quotes the client (a path, a key, cut at a byte count) */
 	moat_utf8_clean(e->msg);
+}
+
+void cerr(struct core_err *e, int status, const char *code, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	cerr_va(e, status, code, fmt, ap);
+	va_end(ap);
 }
 
 /* Unknown keys are errors naming the key. */

@@ -7,12 +7,15 @@
 #include "core.h"
 
 #include <jansson.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 
 /* Fill e (status, code, message; the message made valid UTF-8). */
 void cerr(struct core_err *e, int status, const char *code, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+void cerr_va(struct core_err *e, int status, const char *code, const char *fmt, va_list ap)
+	__attribute__((format(printf, 4, 0)));
 /* Unknown keys of o are errors naming the key (keys: NULL-terminated). */
 bool jf_only_keys(struct core_err *ce, json_t *o, const char *what, const char *const *keys);
 /* An optional integer field from 0 to max. */

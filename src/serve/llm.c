@@ -12,9 +12,10 @@
 #define _GNU_SOURCE
 #include "llm.h"
 
+#include "jfield.h"
+
 #include <curl/curl.h>
 #include <errno.h>
-#include <stdarg.h>
 #include <event2/event.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -387,18 +388,6 @@ static void head_once(struct llm_call *c)
 	c->cbs.head(c->arg, (int)status, ctype && *ctype ? ctype : "application/octet-stream");
 }
 
-static void cerr_set(struct core_err *e, int status, const char *code, const char *fmt, ...)
-	__attribute__((format(printf, 4, 5)));
-static void cerr_set(struct core_err *e, int status, const char *code, const char *fmt, ...)
-{
-	e->status = status;
-	snprintf(e->code, sizeof e->code, "%s", code);
-	va_list ap;
-	va_start(ap, fmt);
-	vsnprintf(e->msg, sizeof e->msg, fmt, ap);
-	va_end(ap);
-}
-
 /* A transfer ended: the door is told (head first if the upstream answered
  * with no body), the call is freed. What reaches the door names the route
  * and curl's generic reason, never the URL (the operator's log gets the
@@ -417,14 +406,14 @@ static void finish(struct llm_call *c, CURLcode res)
 		/* curl's low-speed check says "Operation too slow. Less than 1
 		 * bytes/sec transferred the last 120 seconds": the idle limit */
 		if (c->timeout_ms && !strstr(c->errbuf, "too slow"))
-			cerr_set(&e, 504, "timeout",
+			cerr(&e, 504, "timeout",
 				 "the upstream of LLM route %s did not answer within %lld ms "
 				 "(its timeout)", c->route, (long long)c->timeout_ms);
 		else
-			cerr_set(&e, 504, "timeout",
+			cerr(&e, 504, "timeout",
 				 "the upstream of LLM route %s sent nothing for %d s", c->route, IDLE_S);
 	} else if (failed) {
-		cerr_set(&e, 502, "upstream_error", "the upstream of LLM route %s failed%s: %s",
+		cerr(&e, 502, "upstream_error", "the upstream of LLM route %s failed%s: %s",
 			 c->route, c->head_sent || status ? " mid-answer" : "",
 			 curl_easy_strerror(res));
 	}
@@ -534,7 +523,7 @@ static int build_headers(struct llm_call *c, const struct llm_route *r,
 		json_t *v = json_object_get(L.secrets, r->key_secret);
 		key = json_string_value(v);
 		if (!key) { /* llm_init checked it: the store changed under us */
-			cerr_set(e, 502, "upstream_error",
+			cerr(e, 502, "upstream_error",
 				 "LLM route %s: its key (secret %s) is not in the secret store", r->name,
 				 r->key_secret);
 			return -1;
@@ -557,7 +546,7 @@ static int build_headers(struct llm_call *c, const struct llm_route *r,
 		char *h = malloc(klen + 32);
 		if (!h || strpbrk(key, "\r\n")) {
 			free(h);
-			cerr_set(e, 500, "internal", "LLM route %s: its key is unusable", r->name);
+			cerr(e, 500, "internal", "LLM route %s: its key is unusable", r->name);
 			return -1;
 		}
 		snprintf(h, klen + 32, "%s%s",
@@ -568,7 +557,7 @@ static int build_headers(struct llm_call *c, const struct llm_route *r,
 		free(h);
 	}
 	if (!ok) {
-		cerr_set(e, 500, "internal", "out of memory");
+		cerr(e, 500, "internal", "out of memory");
 		return -1;
 	}
 	return 0;
@@ -579,16 +568,16 @@ struct llm_call *llm_call_start(const struct llm_route *r, const char *path, con
 				void *arg, struct core_err *e)
 {
 	if (!L.multi) {
-		cerr_set(e, 500, "internal", "the LLM proxy is not initialised");
+		cerr(e, 500, "internal", "the LLM proxy is not initialised");
 		return NULL;
 	}
 	if (!path || path[0] != '/' || strpbrk(path, " \r\n?#")) {
-		cerr_set(e, 400, "invalid_request", "bad upstream path");
+		cerr(e, 400, "invalid_request", "bad upstream path");
 		return NULL;
 	}
 	struct llm_call *c = calloc(1, sizeof *c);
 	if (!c) {
-		cerr_set(e, 500, "internal", "out of memory");
+		cerr(e, 500, "internal", "out of memory");
 		return NULL;
 	}
 	c->cbs = *cbs;
@@ -598,13 +587,13 @@ struct llm_call *llm_call_start(const struct llm_route *r, const char *path, con
 	char *url = NULL;
 	if (asprintf(&url, "%s%s", r->url, path) < 0) {
 		url = NULL;
-		cerr_set(e, 500, "internal", "out of memory");
+		cerr(e, 500, "internal", "out of memory");
 		goto fail;
 	}
 	if (build_headers(c, r, headers, e) < 0)
 		goto fail;
 	if (!(c->easy = curl_easy_init()) || !(c->defer = event_new(L.base, -1, 0, on_defer, c))) {
-		cerr_set(e, 500, "internal", "cannot start an upstream call");
+		cerr(e, 500, "internal", "cannot start an upstream call");
 		goto fail;
 	}
 	CURL *h = c->easy;
@@ -637,7 +626,7 @@ struct llm_call *llm_call_start(const struct llm_route *r, const char *path, con
 	SET(CURLOPT_TCP_KEEPALIVE, 1L);
 #undef SET
 	if (rc != CURLE_OK) {
-		cerr_set(e, 500, "internal", "cannot set up an upstream call: %s",
+		cerr(e, 500, "internal", "cannot set up an upstream call: %s",
 			 curl_easy_strerror(rc));
 		goto fail;
 	}
@@ -645,7 +634,7 @@ struct llm_call *llm_call_start(const struct llm_route *r, const char *path, con
 	url = NULL;
 	CURLMcode mrc = curl_multi_add_handle(L.multi, h);
 	if (mrc != CURLM_OK) {
-		cerr_set(e, 500, "internal", "cannot start an upstream call: %s",
+		cerr(e, 500, "internal", "cannot start an upstream call: %s",
 			 curl_multi_strerror(mrc));
 		curl_easy_cleanup(c->easy);
 		c->easy = NULL;

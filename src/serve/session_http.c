@@ -20,19 +20,7 @@ static bool only_keys(struct core_err *e, json_t *o, const char *what, const cha
 		cerr(e, 400, "invalid_request", "%s must be an object", what);
 		return false;
 	}
-	const char *k;
-	json_t *v;
-	json_object_foreach(o, k, v)
-	{
-		bool known = false;
-		for (size_t i = 0; keys[i] && !known; i++)
-			known = !strcmp(k, keys[i]);
-		if (!known) {
-			cerr(e, 400, "invalid_request", "%s: unknown field \"%.64s\"", what, k);
-			return false;
-		}
-	}
-	return true;
+	return jf_only_keys(e, o, what, keys);
 }
 
 static bool str_array(struct core_err *e, json_t *a, const char *what, bool nonempty)
@@ -209,12 +197,6 @@ json_t *ses_parse(json_t *body, struct core_err *e)
 
 /* ---- routes ----------------------------------------------------------------------------- */
 
-static void not_allowed(struct evhttp_request *req)
-{
-	http_error(req, 405, "method_not_allowed", "method not allowed on %s",
-		   evhttp_uri_get_path(evhttp_request_get_evhttp_uri(req)));
-}
-
 static bool query_true(struct evhttp_request *req, const char *key)
 {
 	char *v = http_query(req, key);
@@ -253,12 +235,7 @@ void session_route(struct evhttp_request *req, char **seg, int n)
 {
 	enum evhttp_cmd_type m = evhttp_request_get_command(req);
 	if (n == 2) {
-		if (m == EVHTTP_REQ_POST)
-			h_create(req);
-		else if (m == EVHTTP_REQ_GET)
-			h_list(req);
-		else
-			not_allowed(req);
+		http_collection(req, h_create, h_list);
 		return;
 	}
 	struct session *s = session_find(seg[2]);
@@ -272,22 +249,22 @@ void session_route(struct evhttp_request *req, char **seg, int n)
 		else if (m == EVHTTP_REQ_DELETE)
 			ses_delete(req, s, query_true(req, "purge"));
 		else
-			not_allowed(req);
+			http_not_allowed(req);
 		return;
 	}
 	const char *what = seg[3];
 	if (!strcmp(what, "restart") && n == 4) {
-		m == EVHTTP_REQ_POST ? ses_restart_req(req, s) : not_allowed(req);
+		m == EVHTTP_REQ_POST ? ses_restart_req(req, s) : http_not_allowed(req);
 	} else if (!strcmp(what, "usage") && n == 4) {
 		if (m != EVHTTP_REQ_GET) {
-			not_allowed(req);
+			http_not_allowed(req);
 			return;
 		}
 		http_json(req, 200, json_pack("{s:o,s:O,s:o}", "usage", ses_usage_json(s), "budget",
 					      json_object_get(s->spec, "budget"), "budget_left",
 					      ses_budget_left(s)));
 	} else if (!strcmp(what, "conversation") && n == 4) {
-		m == EVHTTP_REQ_GET ? http_json(req, 200, conv_json(s->id)) : not_allowed(req);
+		m == EVHTTP_REQ_GET ? http_json(req, 200, conv_json(s->id)) : http_not_allowed(req);
 	} else if (!strcmp(what, "artifacts") && (n == 4 || n == 5)) {
 		artifacts_host_route(req, s->id, seg, n);
 	} else {

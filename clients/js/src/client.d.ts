@@ -214,7 +214,8 @@ export interface SnapshotInfo {
   name?: string
   sandbox_id: string
   created_at: string
-  size: number
+  /** bytes; null while a btrfs snapshot is still being measured (docs/API.md) */
+  size: number | null
   /** btrfs, reflink or copy */
   backend: string
   image: string
